@@ -1,0 +1,257 @@
+"""A small pre-norm GPT as pure functions over a params pytree, on refopt's autograd.
+
+    x_0 = wte[idx] + wpe[:T]                                               (B, T, C)
+    x <- x + Attn(RMSNorm(x; attn_norm))       for each block
+    x <- x + FFN(RMSNorm(x; mlp_norm))
+    logits = RMSNorm(x; final_norm) @ H,  H = wte^T (tied) or lm_head      (B, T, V)
+
+Attention: q = h W_q, k = h W_k, v = h W_v split into H heads of size hs = C / H, (B, H, T, hs);
+optional QK-norm (RMSNorm over hs per head, with gains q_norm, k_norm of shape (hs,) when
+``qk_norm_gain``); softmax(q k^T / sqrt(hs)) with a causal mask by selection; heads merged, then W_o.
+FFN kinds (Shazeer 2020, arXiv:2002.05202): 'swiglu' (silu(h W_gate) * h W_up) W_down,
+'reglu' (relu(h W_gate) * h W_up) W_down, 'gelu' gelu(h W_up) W_down (exact erf GELU).
+RMSNorm: gain * x / sqrt(mean(x^2) + norm_eps) (eps inside the root).
+
+Parameter names (layout x @ W, W of shape (fan_in, fan_out)):
+    wte (V, C), wpe (block_size, C), final_norm (C,), lm_head (C, V) when not tied,
+    blocks[i].attn_norm (C,), blocks[i].mlp_norm (C,),
+    blocks[i].attn.w_q / w_k / w_v / w_o (C, C), blocks[i].attn.q_norm / k_norm (hs,) with QK-norm gains,
+    blocks[i].mlp.w_up (C, F), blocks[i].mlp.w_gate (C, F) (GLU kinds only), blocks[i].mlp.w_down (F, C).
+The config is passed explicitly to every function; params hold arrays only.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from refopt import autograd as ag
+from refopt import tree as _tree
+
+FFN_KINDS = ("swiglu", "reglu", "gelu")
+INIT_SCHEMES = ("normal", "mup")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Hyperparameters of the GPT.
+
+    vocab_size V, block_size (max context T), n_layer, n_head H, n_embd C (divisible by H);
+    ffn in {'swiglu', 'reglu', 'gelu'}; ffn_hidden F (default: 4C for 'gelu'; for the GLU kinds
+    8C/3 rounded up to a multiple of 32, which keeps the parameter count near the 4C MLP's);
+    qk_norm / qk_norm_gain: RMSNorm on q and k per head, with learned gains of shape (hs,);
+    tie_head: logits use wte^T instead of a separate lm_head; norm_eps >= 0 inside every RMSNorm root;
+    init 'normal' or 'mup' and init_std (see :func:`init`); zero_init_out_proj: W_o and W_down start at 0.
+
+    Raises: ValueError for non-positive sizes, n_embd not divisible by n_head, an unknown ffn or init,
+    norm_eps < 0 or init_std <= 0.
+    """
+
+    vocab_size: int
+    block_size: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    ffn: str = "swiglu"
+    ffn_hidden: int | None = None
+    qk_norm: bool = False
+    qk_norm_gain: bool = True
+    tie_head: bool = True
+    norm_eps: float = 1e-6
+    init: str = "normal"
+    init_std: float = 0.02
+    zero_init_out_proj: bool = False
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"GPTConfig.{name} must be a positive int, got {v!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.ffn not in FFN_KINDS:
+            raise ValueError(f"GPTConfig.ffn must be one of {FFN_KINDS}, got {self.ffn!r}")
+        if self.init not in INIT_SCHEMES:
+            raise ValueError(f"GPTConfig.init must be one of {INIT_SCHEMES}, got {self.init!r}")
+        if not (self.norm_eps >= 0):
+            raise ValueError(f"GPTConfig.norm_eps must be >= 0, got {self.norm_eps}")
+        if not (self.init_std > 0):
+            raise ValueError(f"GPTConfig.init_std must be > 0, got {self.init_std}")
+        if self.ffn_hidden is None:
+            hidden = 4 * self.n_embd if self.ffn == "gelu" else -(-8 * self.n_embd // 3 // 32) * 32
+            object.__setattr__(self, "ffn_hidden", max(hidden, 1))
+        elif isinstance(self.ffn_hidden, bool) or not isinstance(self.ffn_hidden, (int, np.integer)) \
+                or self.ffn_hidden < 1:
+            raise ValueError(f"GPTConfig.ffn_hidden must be a positive int or None, got {self.ffn_hidden!r}")
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.n_head
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ---- parameters ------------------------------------------------------------------------------------
+def _matrix_names(config: GPTConfig) -> tuple[str, ...]:
+    return ("w_up", "w_gate", "w_down") if config.ffn != "gelu" else ("w_up", "w_down")
+
+
+def shapes(config: GPTConfig) -> dict:
+    """The params pytree with each leaf replaced by its shape tuple."""
+    C, F, hs = config.n_embd, config.ffn_hidden, config.head_size
+    attn = {n: (C, C) for n in ("w_q", "w_k", "w_v", "w_o")}
+    if config.qk_norm and config.qk_norm_gain:
+        attn.update(q_norm=(hs,), k_norm=(hs,))
+    mlp = {"w_up": (C, F), "w_down": (F, C)}
+    if config.ffn != "gelu":
+        mlp["w_gate"] = (C, F)
+    block = {"attn_norm": (C,), "attn": attn, "mlp_norm": (C,), "mlp": mlp}
+    out = {"wte": (config.vocab_size, C), "wpe": (config.block_size, C), "final_norm": (C,),
+           "blocks": [dict(block) for _ in range(config.n_layer)]}
+    if not config.tie_head:
+        out["lm_head"] = (C, config.vocab_size)
+    return out
+
+
+def init(config: GPTConfig, seed: int = 0, dtype=np.float32) -> dict:
+    """Random parameters for ``config``.
+
+    * Gains (attn_norm, mlp_norm, final_norm, q_norm, k_norm) are 1.
+    * wte, wpe ~ N(0, init_std^2) in both schemes.
+    * init='normal' (GPT-2 / nanoGPT): every matrix ~ N(0, init_std^2), except the residual output
+      projections W_o and W_down ~ N(0, init_std^2 / (2 n_layer)); lm_head ~ N(0, init_std^2).
+    * init='mup' (seed 003): every matrix of shape (d_in, d_out), lm_head included, has
+      sigma = sqrt(d_out/d_in) / (sqrt(d_in) + sqrt(d_out)), so that x -> x W keeps an RMS-1 input at
+      RMS Theta(1) (the spectral norm of a Gaussian d_in x d_out matrix is about sqrt(d_in) + sqrt(d_out)).
+    * zero_init_out_proj: W_o and W_down are 0 (after the draws, so other leaves do not change).
+
+    Draws come from ``numpy.random.default_rng(seed)`` in float64, in the flatten order of the params
+    tree (sorted dict keys), and are then cast to ``dtype``: float32 and float64 params agree to
+    rounding. Raises ValueError for a non-floating dtype.
+    """
+    if np.dtype(dtype).kind != "f":
+        raise ValueError(f"init: dtype must be floating, got {np.dtype(dtype)}")
+    rng = np.random.default_rng(seed)
+    sh_leaves, paths, treedef = _tree.flatten(shapes(config), is_leaf=lambda x: isinstance(x, tuple))
+    leaves = []
+    for path, shape in zip(paths, sh_leaves):
+        name = path.rsplit(".", 1)[-1]
+        if len(shape) == 1:
+            leaves.append(np.ones(shape, dtype))
+            continue
+        if name in ("wte", "wpe"):
+            std = config.init_std
+        elif config.init == "mup":
+            d_in, d_out = shape
+            std = np.sqrt(d_out / d_in) / (np.sqrt(d_in) + np.sqrt(d_out))
+        elif name in ("w_o", "w_down"):
+            std = config.init_std / np.sqrt(2 * config.n_layer)
+        else:
+            std = config.init_std
+        w = rng.standard_normal(shape) * std
+        if config.zero_init_out_proj and name in ("w_o", "w_down"):
+            w[...] = 0.0
+        leaves.append(w.astype(dtype))
+    return _tree.unflatten(treedef, leaves)
+
+
+def check_params(params, config: GPTConfig) -> None:
+    """Raise ValueError naming the first leaf path whose structure or shape disagrees with ``config``."""
+    want = shapes(config)
+    _tree.check_same_structure(want, params, names=("config", "params"), is_leaf=lambda x: isinstance(x, tuple))
+    got, paths, _ = _tree.flatten(params)
+    for path, shape, leaf in zip(paths, _tree.flatten(want, is_leaf=lambda x: isinstance(x, tuple))[0], got):
+        if tuple(np.shape(ag.value(leaf))) != shape:
+            raise ValueError(f"params leaf {path} has shape {np.shape(ag.value(leaf))}, config expects {shape}")
+
+
+def num_params(config: GPTConfig) -> int:
+    """Number of scalar parameters (a tied wte counted once)."""
+    sh = _tree.leaves(shapes(config), is_leaf=lambda x: isinstance(x, tuple))
+    return int(sum(np.prod(s) for s in sh))
+
+
+# ---- forward ---------------------------------------------------------------------------------------
+def _check_idx(idx, config: GPTConfig) -> np.ndarray:
+    idx = np.asarray(idx)
+    if idx.ndim != 2 or idx.dtype.kind not in "iu":
+        raise ValueError(f"idx must be a (B, T) integer array, got shape {idx.shape} dtype {idx.dtype}")
+    if idx.shape[1] > config.block_size or idx.shape[1] < 1:
+        raise ValueError(f"sequence length {idx.shape[1]} must be in [1, block_size={config.block_size}]")
+    return idx
+
+
+def _attention(p: dict, h, config: GPTConfig):
+    B, T, C = h.shape
+    H, hs = config.n_head, config.head_size
+
+    def heads(t):  # (B, T, C) -> (B, H, T, hs)
+        return t.reshape(B, T, H, hs).transpose(0, 2, 1, 3)
+
+    q, k, v = heads(h @ p["w_q"]), heads(h @ p["w_k"]), heads(h @ p["w_v"])
+    if config.qk_norm:
+        q = ag.rms_norm(q, p.get("q_norm"), config.norm_eps)
+        k = ag.rms_norm(k, p.get("k_norm"), config.norm_eps)
+    y = ag.attention(q, k, v, causal=True)                      # (B, H, T, hs)
+    return y.transpose(0, 2, 1, 3).reshape(B, T, C) @ p["w_o"]
+
+
+def _ffn(p: dict, h, config: GPTConfig):
+    if config.ffn == "gelu":
+        return ag.gelu(h @ p["w_up"]) @ p["w_down"]
+    gate = ag.silu if config.ffn == "swiglu" else ag.relu
+    return (gate(h @ p["w_gate"]) * (h @ p["w_up"])) @ p["w_down"]
+
+
+def apply(params: dict, idx, config: GPTConfig):
+    """Logits (B, T, V) for token ids idx (B, T), T <= block_size. Plain arrays in, ndarray out; traced
+    params in (under ``value_and_grad``), node out. dtype follows the params.
+
+    Raises: ValueError for params that do not match ``config`` (naming the leaf), or a bad idx.
+    """
+    check_params(params, config)
+    idx = _check_idx(idx, config)
+    eps = config.norm_eps
+    T = idx.shape[1]
+    x = ag.embedding(params["wte"], idx) + params["wpe"][:T]    # (B, T, C)
+    for blk in params["blocks"]:
+        x = x + _attention(blk["attn"], ag.rms_norm(x, blk["attn_norm"], eps), config)
+        x = x + _ffn(blk["mlp"], ag.rms_norm(x, blk["mlp_norm"], eps), config)
+    x = ag.rms_norm(x, params["final_norm"], eps)
+    head = params["wte"].T if config.tie_head else params["lm_head"]
+    return x @ head                                             # (B, T, V)
+
+
+def loss(params: dict, idx, targets, config: GPTConfig, ignore_index: int | None = None):
+    """Mean next-token cross-entropy (nats) of ``apply(params, idx, config)`` against targets (B, T),
+    skipping targets equal to ``ignore_index``. Returns a 0-d array (or node) of the params' dtype."""
+    return ag.cross_entropy(apply(params, idx, config), targets, ignore_index=ignore_index)
+
+
+def generate(params: dict, idx, n_new: int, temperature: float, seed: int, config: GPTConfig) -> np.ndarray:
+    """Extend idx (B, T0) by ``n_new`` sampled tokens -> (B, T0 + n_new) int64.
+
+    Each step feeds the last ``block_size`` tokens, takes the last position's logits / temperature and
+    samples from the softmax by inverse CDF with ``numpy.random.default_rng(seed)`` (one uniform per row
+    per step), so the output is a deterministic function of the arguments. temperature = 0 is greedy
+    (arg-max). Raises ValueError for temperature < 0, n_new < 0 or a bad idx.
+    """
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if n_new < 0:
+        raise ValueError(f"n_new must be >= 0, got {n_new}")
+    out = np.array(_check_idx(idx, config), dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    for _ in range(n_new):
+        logits = np.asarray(apply(params, out[:, -config.block_size:], config))[:, -1, :].astype(np.float64)
+        if temperature == 0:
+            nxt = np.argmax(logits, axis=-1)
+        else:
+            p = ag.softmax(logits / temperature, axis=-1)
+            cdf = np.cumsum(p, axis=-1)
+            u = rng.random(len(out))[:, None] * cdf[:, -1:]
+            nxt = np.minimum((cdf <= u).sum(axis=-1), logits.shape[-1] - 1)
+        out = np.concatenate([out, nxt[:, None].astype(np.int64)], axis=1)
+    return out

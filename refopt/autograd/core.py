@@ -1,0 +1,221 @@
+"""The tape: traced array nodes, the iterative backward pass, and ``value_and_grad`` / ``grad``.
+
+Design (STYLE.md section 3.1, after HIPS/autograd's ``backward_pass`` and micrograd's closures)
+------------------------------------------------------------------------------------------------
+* A :class:`Node` holds ``value`` (an ndarray), ``parents`` (the inputs of the primitive that made it:
+  nodes or constants) and ``vjp``, a closure built at forward time that maps the output cotangent ``g``
+  (same shape as ``value``) to a tuple of input cotangents, one per parent (``None`` for constants and
+  for inputs that need no gradient).
+* :func:`backward` walks the graph in reverse topological order found *iteratively* (no recursion, so a
+  chain of any length works), seeds the output with 1, and sums the cotangents a node receives from its
+  several consumers (fan-out) as ``acc = acc + g``: always a new array, never an in-place ``+=`` into an
+  array that another node may still hold (STYLE.md 3.3 item 6).
+* Nothing is stored on the parameters: ``grad(f)(params)`` traces a fresh graph every call and returns a
+  fresh pytree of gradients, so repeated calls give identical results (PITFALLS.md B18).
+* Primitives (``ops.py``, ``nn.py``) return plain ndarrays when none of their inputs is a node, so model
+  code written with them runs both on plain arrays and under tracing.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import tree as _tree
+
+
+class Node:
+    """A traced ndarray: the output of a primitive, or a parameter leaf being differentiated.
+
+    Supports the arithmetic operators (``+ - * / @ **``, unary ``-``), indexing, ``.T``,
+    ``.reshape``, ``.transpose``, ``.sum``, ``.mean`` and the read-only attributes ``shape``, ``ndim``,
+    ``dtype``, ``size``. Constants (Python numbers, ndarrays) mix freely; a floating constant is cast to
+    the node's dtype so that float32 stays float32.
+    """
+
+    __slots__ = ("value", "parents", "vjp", "__weakref__")
+    __array_ufunc__ = None  # make ndarray (op) Node defer to Node.__rop__ instead of building object arrays
+
+    def __init__(self, value: np.ndarray, parents: tuple = (), vjp: Callable | None = None):
+        self.value = value
+        self.parents = parents
+        self.vjp = vjp
+
+    # ---- array-like attributes -------------------------------------------------------------------
+    shape = property(lambda self: self.value.shape)
+    ndim = property(lambda self: self.value.ndim)
+    dtype = property(lambda self: self.value.dtype)
+    size = property(lambda self: self.value.size)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __repr__(self) -> str:
+        return f"Node(shape={self.value.shape}, dtype={self.value.dtype})"
+
+    def __bool__(self):
+        raise TypeError("a traced Node has no truth value; branch on .value outside the traced math")
+
+    # ---- operators (defined in ops.py) ----------------------------------------------------------
+    def __add__(self, o): return _ops.add(self, o)
+    def __radd__(self, o): return _ops.add(o, self)
+    def __sub__(self, o): return _ops.sub(self, o)
+    def __rsub__(self, o): return _ops.sub(o, self)
+    def __mul__(self, o): return _ops.mul(self, o)
+    def __rmul__(self, o): return _ops.mul(o, self)
+    def __truediv__(self, o): return _ops.div(self, o)
+    def __rtruediv__(self, o): return _ops.div(o, self)
+    def __matmul__(self, o): return _ops.matmul(self, o)
+    def __rmatmul__(self, o): return _ops.matmul(o, self)
+    def __neg__(self): return _ops.neg(self)
+    def __pow__(self, p): return _ops.power(self, p)
+    def __getitem__(self, idx): return _ops.getitem(self, idx)
+
+    @property
+    def T(self): return _ops.transpose(self)
+    def transpose(self, *axes): return _ops.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
+    def reshape(self, *shape): return _ops.reshape(self, shape[0] if len(shape) == 1 else shape)
+    def sum(self, axis=None, keepdims=False): return _ops.sum(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return _ops.mean(self, axis, keepdims)
+
+
+def is_node(x: Any) -> bool:
+    """True if ``x`` is a traced :class:`Node`."""
+    return isinstance(x, Node)
+
+
+def value(x: Any) -> Any:
+    """The ndarray behind ``x`` (``x`` itself when it is not a node)."""
+    return x.value if isinstance(x, Node) else x
+
+
+def unbroadcast(g: np.ndarray, shape: tuple, dtype: np.dtype | None = None) -> np.ndarray:
+    """Sum ``g`` over the axes that broadcasting added to or stretched in an operand of ``shape``.
+
+    Leading extra axes are summed away, then axes where ``shape`` has size 1 are summed with keepdims
+    (HIPS/autograd ``unbroadcast``; PITFALLS.md B19). The result has exactly ``shape`` and, when given,
+    ``dtype``.
+    """
+    if g.shape != shape:
+        extra = g.ndim - len(shape)
+        if extra:
+            g = g.sum(axis=tuple(range(extra)))
+        stretched = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+        if stretched:
+            g = g.sum(axis=stretched, keepdims=True)
+    if dtype is not None and g.dtype != dtype:
+        g = g.astype(dtype)
+    return g
+
+
+def toposort(out: Node) -> list[Node]:
+    """Nodes reachable from ``out``, each before all of its parents (reverse topological order).
+
+    Iterative depth-first post-order with an explicit stack, so graph depth is unlimited.
+    """
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(out, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for p in node.parents:
+            if isinstance(p, Node) and id(p) not in seen:
+                stack.append((p, False))
+    order.reverse()
+    return order
+
+
+def backward(out: Node, leaves: list[Node]) -> list[np.ndarray | None]:
+    """Cotangents of the scalar ``out`` with respect to each node in ``leaves`` (``None`` if unused).
+
+    The seed is ``1`` in ``out``'s dtype. Each node's incoming cotangents are summed into a fresh array.
+    """
+    grads: dict[int, np.ndarray] = {id(out): np.ones(out.value.shape, dtype=out.value.dtype)}
+    leaf_ids = {id(n) for n in leaves}
+    found: dict[int, np.ndarray] = {}
+    for node in toposort(out):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        if id(node) in leaf_ids:
+            found[id(node)] = g
+        if node.vjp is None:
+            continue
+        cts = node.vjp(g)
+        for p, ct in zip(node.parents, cts):
+            if ct is None or not isinstance(p, Node):
+                continue
+            k = id(p)
+            grads[k] = ct if k not in grads else grads[k] + ct  # new array: no aliasing
+    return [found.get(id(n)) for n in leaves]
+
+
+def _owned(g: np.ndarray, like: np.ndarray, seen: set[int]) -> np.ndarray:
+    """``g`` as a C-contiguous array of ``like``'s dtype that no other returned gradient shares."""
+    fresh = g.dtype == like.dtype and g.flags.owndata and g.flags.c_contiguous and id(g) not in seen
+    out = g if fresh else np.array(g, dtype=like.dtype, order="C", copy=True)
+    seen.add(id(out))
+    return out
+
+
+def value_and_grad(f: Callable) -> Callable:
+    """Return ``vg(params, *args) -> (value, grads)`` for a scalar function ``f(params, *args)``.
+
+    ``params`` is a pytree (``refopt.tree``) of floating ndarrays; ``f`` receives the same tree with
+    every leaf replaced by a traced :class:`Node` and must return a scalar node (shape ``()`` or size 1).
+    ``*args`` are passed through untouched (data, targets, a config ...) and are not differentiated.
+
+    Returns ``value`` (a NumPy scalar of the output's dtype) and ``grads``: a pytree with ``params``'
+    structure whose leaves are new C-contiguous ndarrays of each leaf's shape and dtype (zeros for a
+    leaf that ``f`` does not use). Nothing is cached between calls.
+
+    Raises:
+      TypeError: a leaf of ``params`` is not a floating ndarray.
+      ValueError: ``f`` returns something that is not a scalar.
+    """
+
+    def vg(params: Any, *args: Any, **kwargs: Any):
+        leaves, paths, treedef = _tree.flatten(params)
+        for path, leaf in zip(paths, leaves):
+            if not isinstance(leaf, np.ndarray) or leaf.dtype.kind != "f":
+                what = f"an ndarray of dtype {leaf.dtype}" if isinstance(leaf, np.ndarray) else f"a {type(leaf).__name__}"
+                raise TypeError(f"value_and_grad: params leaf {path} is {what}; expected a floating ndarray")
+        nodes = [Node(leaf) for leaf in leaves]
+        out = f(_tree.unflatten(treedef, nodes), *args, **kwargs)
+        out_value = np.asarray(value(out))
+        if out_value.size != 1:
+            raise ValueError(f"value_and_grad: f must return a scalar, got shape {out_value.shape}")
+        if not isinstance(out, Node):  # f does not depend on params
+            cts = [None] * len(nodes)
+        else:
+            if out.value.shape != ():
+                out = _ops.reshape(out, ())
+            cts = backward(out, nodes)
+        seen: set[int] = set()
+        grads = [np.zeros_like(leaf) if g is None else _owned(g, leaf, seen) for g, leaf in zip(cts, leaves)]
+        return out_value.reshape(())[()], _tree.unflatten(treedef, grads)
+
+    vg.__name__ = f"value_and_grad({getattr(f, '__name__', 'f')})"
+    vg.__doc__ = value_and_grad.__doc__
+    return vg
+
+
+def grad(f: Callable) -> Callable:
+    """Return ``g(params, *args) -> grads``: the gradient part of :func:`value_and_grad` ``(f)``."""
+    vg = value_and_grad(f)
+
+    def g(params: Any, *args: Any, **kwargs: Any):
+        return vg(params, *args, **kwargs)[1]
+
+    g.__name__ = f"grad({getattr(f, '__name__', 'f')})"
+    return g
+
+
+from . import ops as _ops  # noqa: E402  (ops imports Node from this module)

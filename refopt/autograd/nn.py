@@ -1,0 +1,196 @@
+"""Fused primitives for networks: softmax, log_softmax, cross_entropy, rms_norm, embedding, attention.
+
+Each is one primitive with a hand-written VJP (STYLE.md sections 3.2-3.3), faster and more stable than
+composing the pointwise ops, and each has its own finite-difference test. Like every primitive they
+return plain ndarrays when no input is a traced node. All keep the input dtype.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .core import Node
+
+
+def _shifted(z: np.ndarray, axis: int) -> np.ndarray:
+    """z - max(z) along ``axis``; the max is a constant (softmax is shift invariant). A row that is all
+    -inf gets shift 0 instead of NaN."""
+    m = np.max(z, axis=axis, keepdims=True)
+    if not np.all(np.isfinite(m)):
+        m = np.where(np.isfinite(m), m, 0).astype(z.dtype)
+    return z - m
+
+
+def softmax(z, axis: int = -1):
+    """softmax(z)_i = exp(z_i - m) / sum_j exp(z_j - m), m = max_j z_j (so huge logits do not overflow;
+    PITFALLS.md B21). VJP: y * (g - sum(g * y)). Shapes: any, reduced along ``axis``."""
+    zv = z.value if isinstance(z, Node) else np.asarray(z)
+    e = np.exp(_shifted(zv, axis))
+    y = e / np.sum(e, axis=axis, keepdims=True)
+    if not isinstance(z, Node):
+        return y
+    return Node(y, (z,), lambda g: (y * (g - np.sum(g * y, axis=axis, keepdims=True)),))
+
+
+def log_softmax(z, axis: int = -1):
+    """log_softmax(z) = (z - m) - log(sum exp(z - m)), never log(softmax(z)).
+    VJP: g - softmax(z) * sum(g)."""
+    zv = z.value if isinstance(z, Node) else np.asarray(z)
+    s = _shifted(zv, axis)
+    lse = np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+    out = s - lse
+    if not isinstance(z, Node):
+        return out
+    return Node(out, (z,), lambda g: (g - np.exp(out) * np.sum(g, axis=axis, keepdims=True),))
+
+
+def cross_entropy(logits, targets, ignore_index: int | None = None):
+    """Mean softmax cross-entropy over the rows whose target is not ``ignore_index``.
+
+    loss = (1/N) sum_i [lse(z_i - m_i) - (z_{i,t_i} - m_i)],  m_i = max_j z_ij,  N = number of valid rows.
+    VJP (llm.c ``crossentropy_softmax_backward``): g * (softmax(z) - onehot(t)) / N on valid rows, 0 on
+    ignored rows.
+
+    Shapes: logits (..., V) floating, targets (...) integer. Returns a 0-d array (or node) of logits'
+    dtype.
+    Raises: ValueError for mismatched shapes, non-integer targets, a target outside [0, V) that is not
+    ``ignore_index``, or no valid target at all.
+    """
+    z = logits.value if isinstance(logits, Node) else np.asarray(logits)
+    t = np.asarray(targets)
+    if t.dtype.kind not in "iu":
+        raise ValueError(f"cross_entropy: targets must be integers, got dtype {t.dtype}")
+    if z.ndim < 1 or z.shape[:-1] != t.shape:
+        raise ValueError(f"cross_entropy: logits {z.shape} need shape targets.shape + (V,), targets {t.shape}")
+    V = z.shape[-1]
+    z2, t1 = z.reshape(-1, V), t.reshape(-1)
+    valid = np.ones(t1.shape, bool) if ignore_index is None else t1 != ignore_index
+    if np.any((t1[valid] < 0) | (t1[valid] >= V)):
+        raise ValueError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index={ignore_index})")
+    n = int(valid.sum())
+    if n == 0:
+        raise ValueError("cross_entropy: every target equals ignore_index; the mean is undefined")
+    rows = np.nonzero(valid)[0]
+    s = _shifted(z2, -1)
+    lse = np.log(np.sum(np.exp(s), axis=-1))
+    per_row = lse[rows] - s[rows, t1[rows]]
+    loss = np.asarray(np.sum(per_row) / z.dtype.type(n), dtype=z.dtype)
+    if not isinstance(logits, Node):
+        return loss
+
+    def vjp(g):
+        d = np.exp(s - lse[:, None])             # softmax, (N_all, V)
+        d[rows, t1[rows]] -= 1
+        if n != len(t1):
+            d[~valid] = 0
+        d *= g / z.dtype.type(n)
+        return (d.reshape(z.shape),)
+
+    return Node(loss, (logits,), vjp)
+
+
+def rms_norm(x, gain=None, eps: float = 1e-6):
+    """RMSNorm over the last axis (Zhang & Sennrich 2019, arXiv:1910.07467, eq. 4), eps inside the root:
+
+        r = 1 / sqrt(mean(x^2) + eps),   xhat = x * r,   y = gain * xhat   (gain omitted if None)
+
+    VJP with h = g * gain: dx = r * (h - xhat * mean(h * xhat)); dgain = sum over all leading axes of
+    g * xhat. Shapes: x (..., C), gain (C,) or None. Raises ValueError on a gain of the wrong shape or
+    eps < 0.
+    """
+    if eps < 0:
+        raise ValueError(f"rms_norm: eps must be >= 0, got {eps}")
+    xv = x.value if isinstance(x, Node) else np.asarray(x)
+    gv = None if gain is None else (gain.value if isinstance(gain, Node) else np.asarray(gain, dtype=xv.dtype))
+    if gv is not None and gv.shape != xv.shape[-1:]:
+        raise ValueError(f"rms_norm: gain shape {gv.shape} must be ({xv.shape[-1]},)")
+    dt = xv.dtype.type
+    r = 1 / np.sqrt(np.mean(xv * xv, axis=-1, keepdims=True) + dt(eps))
+    xhat = xv * r
+    y = xhat if gv is None else xhat * gv
+    if not isinstance(x, Node) and not isinstance(gain, Node):
+        return y
+
+    def vjp(g):
+        h = g if gv is None else g * gv
+        dx = r * (h - xhat * np.mean(h * xhat, axis=-1, keepdims=True)) if isinstance(x, Node) else None
+        dg = (g * xhat).reshape(-1, xv.shape[-1]).sum(axis=0) if isinstance(gain, Node) else None
+        return dx, dg
+
+    return Node(y, (x, gain), vjp)
+
+
+def embedding(table, ids):
+    """Row gather ``table[ids]``: table (V, C), integer ids (...) -> (..., C).
+
+    VJP: d table = scatter-add of g's rows into the rows named by ids (``np.add.at``: repeated ids, the
+    normal case in a batch of tokens, accumulate). Raises ValueError for non-integer or out-of-range ids.
+    """
+    tv = table.value if isinstance(table, Node) else np.asarray(table)
+    ids = np.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"embedding: ids must be integers, got dtype {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= tv.shape[0]):
+        raise ValueError(f"embedding: ids must lie in [0, {tv.shape[0]}), got range [{ids.min()}, {ids.max()}]")
+    out = np.take(tv, ids, axis=0)
+    if not isinstance(table, Node):
+        return out
+
+    def vjp(g):
+        d = np.zeros(tv.shape, dtype=g.dtype)
+        np.add.at(d, ids.reshape(-1), g.reshape(-1, tv.shape[1]))
+        return (d,)
+
+    return Node(out, (table,), vjp)
+
+
+_MASKS: dict[int, np.ndarray] = {}
+
+
+def _causal_mask(T: int) -> np.ndarray:
+    """(T, T) bool, True where key position j > query position i (the future, to be removed)."""
+    m = _MASKS.get(T)
+    if m is None:
+        m = _MASKS[T] = np.triu(np.ones((T, T), bool), k=1)
+    return m
+
+
+def attention(q, k, v, causal: bool = True, scale: float | None = None):
+    """Scaled dot-product attention, one primitive over (B, H, T, hs) arrays (batch and heads batched).
+
+        S = scale * q k^T  (B, H, T, T),  S_ij = -inf for j > i when causal,  P = softmax(S),  out = P v
+
+    The mask is a selection to -inf, not a finite fill, so future keys get probability exactly 0 and
+    nothing leaks (PITFALLS.md B24); each causal row keeps its diagonal, so no row is NaN.
+    ``scale`` defaults to 1/sqrt(hs). VJP (llm.c ``attention_backward``): dv = P^T dO, dP = dO v^T,
+    dS = P * (dP - rowsum(dP * P)), dq = scale dS k, dk = scale dS^T q.
+    Shapes: q, k (..., Tq, hs), v (..., Tk, hv); causal requires Tq == Tk. Returns (..., Tq, hv).
+    """
+    qv, kv, vv = (a.value if isinstance(a, Node) else np.asarray(a) for a in (q, k, v))
+    if qv.shape[-1] != kv.shape[-1] or kv.shape[-2] != vv.shape[-2]:
+        raise ValueError(f"attention: incompatible shapes q {qv.shape}, k {kv.shape}, v {vv.shape}")
+    T = qv.shape[-2]
+    if causal and kv.shape[-2] != T:
+        raise ValueError("attention: causal attention needs as many keys as queries")
+    dt = qv.dtype.type
+    s = dt(1 / np.sqrt(qv.shape[-1]) if scale is None else scale)
+    S = qv @ np.swapaxes(kv, -1, -2)
+    S *= s
+    if causal:
+        S[..., _causal_mask(T)] = -np.inf
+    S -= np.max(S, axis=-1, keepdims=True)
+    P = np.exp(S, out=S)
+    P /= np.sum(P, axis=-1, keepdims=True)
+    out = P @ vv
+    if not any(isinstance(a, Node) for a in (q, k, v)):
+        return out
+
+    def vjp(g):
+        dv = np.swapaxes(P, -1, -2) @ g if isinstance(v, Node) else None
+        dP = g @ np.swapaxes(vv, -1, -2)
+        dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True))
+        dS *= s
+        dq = dS @ kv if isinstance(q, Node) else None
+        dk = np.swapaxes(dS, -1, -2) @ qv if isinstance(k, Node) else None
+        return dq, dk, dv
+
+    return Node(out, (q, k, v), vjp)

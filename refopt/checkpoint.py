@@ -1,0 +1,448 @@
+"""Checkpoints: params, optimizer state and rule in one file; resuming is bit-exact.
+
+File format (``FORMAT_VERSION`` 1). One zip archive (numpy's ``.npz`` layout, uncompressed) holding
+
+* one ``.npy`` member per array, named by where it lives: ``params/<path>`` and ``state/<path>`` with the
+  leaf paths of :mod:`refopt.tree` (``params/layers[0].w``, ``state/leaves.layers[0].w.m``);
+* ``metadata.json`` (read it with ``unzip -p ckpt.npz metadata.json``)::
+
+      {"format": "refopt-checkpoint", "format_version": 1, "refopt_version": "...",
+       "rule": <the rule, serialized recursively, or null>,
+       "params": <tree>, "state": <tree>, "extra": {...user metadata...}}
+
+  where a tree is ``{"def": <treedef>, "leaves": [<leaf>, ...]}``. The treedef records every container
+  (dict keys with their types, list, tuple, NamedTuple by module and qualified name, None); each leaf is an
+  array ``{"kind": "array", "key", "dtype", "shape", "sha256"}`` (sha256 of the C-order bytes), a numpy
+  scalar ``{"kind": "npscalar", "key", "dtype", "sha256"}`` (kept as a 0-d array so that np.float32 stays
+  np.float32) or a Python scalar ``{"kind": "py", "value"}`` (int, float, bool, str, stored exactly: JSON
+  floats are written with ``repr``, which round-trips; inf/nan as Infinity/NaN).
+
+The rule is stored as ``{"__rule__": [module, qualname], "fields": {...}}`` with nested rules, schedules
+(any dataclass of the refopt package: ``{"__dataclass__": ...}``), functions of the refopt package
+(``{"__function__": ...}``, e.g. :func:`refopt.rules.partition.gpt_labels`), tuples, dicts and plain
+scalars. Loading rebuilds it by importing the named class **only from the refopt package** (module
+``refopt`` or ``refopt.*``), never arbitrary code; its ``__post_init__`` re-validates the fields.
+
+Decision on what cannot be serialized (a lambda or user function as schedule or label function, a rule
+class outside refopt): :func:`save` raises :class:`CheckpointError` naming the field, **before** writing
+anything. Pass ``rule=None`` to save without the rule; :func:`load` then returns ``rule=None`` and you
+supply the rule yourself (``load(path, rule=my_rule)`` returns it in place of the stored one).
+
+NamedTuple types in params/state: those of refopt are re-imported; others are found in ``types=`` given
+to :func:`load` (matched by module and qualified name) or else rebuilt as a ``collections.namedtuple`` of
+the same name and fields (equal values, but a different type).
+
+Writes are atomic: a temporary file in the target's directory, flushed and fsync'ed, then ``os.replace``
+(a crash leaves either the old file or the new one, never half of one).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import importlib
+import io
+import json
+import os
+import tempfile
+import types as _types
+import zipfile
+import zlib
+from typing import Any, Iterable, NamedTuple
+
+import numpy as np
+
+from refopt import tree as T
+from refopt.core import OptState, Rule
+
+FORMAT = "refopt-checkpoint"
+FORMAT_VERSION = 1
+META_NAME = "metadata.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be written (something in it cannot be serialized) or read (truncated,
+    corrupted, a hash mismatch, a missing array, an unknown format version or class)."""
+
+
+class Checkpoint(NamedTuple):
+    """What :func:`load` returns: ``params``, ``state`` (an OptState), ``rule`` (None if saved without)
+    and ``metadata`` (the keyword arguments given to :func:`save` as ``extra_metadata``)."""
+
+    params: Any
+    state: OptState
+    rule: Rule | None
+    metadata: dict
+
+
+# --- names of refopt objects ------------------------------------------------------------------------
+
+def _qualname(obj: Any) -> list[str]:
+    return [obj.__module__, obj.__qualname__]
+
+
+def _in_refopt(module: str) -> bool:
+    return module == "refopt" or module.startswith("refopt.")
+
+
+def _resolve(module: str, qualname: str) -> Any:
+    """The object ``module.qualname``, importing ``module`` only if it belongs to the refopt package."""
+    if not isinstance(module, str) or not isinstance(qualname, str) or not _in_refopt(module):
+        raise CheckpointError(f"refusing to import {module}.{qualname}: only refopt objects are rebuilt")
+    if "<locals>" in qualname:
+        raise CheckpointError(f"cannot rebuild the local object {module}.{qualname}")
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise CheckpointError(f"unknown refopt object {module}.{qualname} ({e}); "
+                              f"saved by another refopt version?") from None
+    return obj
+
+
+def _importable(obj: Any) -> bool:
+    """True if ``obj`` is reachable as module.qualname inside refopt (so load can rebuild it)."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or not _in_refopt(module):
+        return False
+    try:
+        return _resolve(module, qualname) is obj
+    except CheckpointError:
+        return False
+
+
+# --- rules and hyperparameters <-> JSON -----------------------------------------------------------
+
+def _encode_value(v: Any, where: str) -> Any:
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, (int, float)) and type(v) in (int, float):
+        return v
+    if isinstance(v, np.generic) and v.dtype.kind in "biuf":
+        return {"__npscalar__": v.dtype.str, "value": v.item()}
+    if isinstance(v, tuple) and not hasattr(type(v), "_fields"):
+        return {"__tuple__": [_encode_value(a, f"{where}[{i}]") for i, a in enumerate(v)]}
+    if isinstance(v, list):
+        return [_encode_value(a, f"{where}[{i}]") for i, a in enumerate(v)]
+    if isinstance(v, dict):
+        items = []
+        for k, a in v.items():
+            if type(k) not in (str, int):
+                raise CheckpointError(f"cannot serialize {where}: dict key {k!r} is not a str or int")
+            items.append([k, _encode_value(a, f"{where}[{k!r}]")])
+        return {"__dict__": items}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        if not _importable(type(v)):
+            raise CheckpointError(f"cannot serialize {where}: {type(v).__module__}.{type(v).__qualname__} is "
+                                  f"not a refopt class; save with rule=None and pass the rule to load")
+        tag = "__rule__" if isinstance(v, Rule) else "__dataclass__"
+        fields = {f.name: _encode_value(getattr(v, f.name), f"{where}.{f.name}")
+                  for f in dataclasses.fields(v) if f.init}
+        return {tag: _qualname(type(v)), "fields": fields}
+    if isinstance(v, _types.FunctionType) and _importable(v):
+        return {"__function__": _qualname(v)}
+    raise CheckpointError(
+        f"cannot serialize {where} = {v!r}: only refopt rules, refopt schedules and functions, and plain "
+        f"numbers, strings, tuples, lists and dicts are stored. A user function (e.g. a lambda schedule or "
+        f"labels function) cannot be: save with rule=None and pass the rule to load(path, rule=...)")
+
+
+def _decode_value(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_decode_value(a) for a in v]
+    if not isinstance(v, dict):
+        return v
+    if "__tuple__" in v:
+        return tuple(_decode_value(a) for a in v["__tuple__"])
+    if "__dict__" in v:
+        return {k: _decode_value(a) for k, a in v["__dict__"]}
+    if "__npscalar__" in v:
+        return np.dtype(v["__npscalar__"]).type(v["value"])
+    if "__function__" in v:
+        f = _resolve(*v["__function__"])
+        if not callable(f):
+            raise CheckpointError(f"{'.'.join(v['__function__'])} is not a function")
+        return f
+    for tag in ("__rule__", "__dataclass__"):
+        if tag in v:
+            cls = _resolve(*v[tag])
+            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or \
+                    (tag == "__rule__" and not issubclass(cls, Rule)):
+                raise CheckpointError(f"{'.'.join(v[tag])} is not a refopt {tag.strip('_')} class")
+            kwargs = {k: _decode_value(a) for k, a in v["fields"].items()}
+            try:
+                return cls(**kwargs)
+            except (TypeError, ValueError) as e:
+                raise CheckpointError(f"cannot rebuild {'.'.join(v[tag])} from the checkpoint: {e}") from None
+    raise CheckpointError(f"unknown entry in the stored rule: {v!r}")
+
+
+def rule_to_json(rule: Rule) -> Any:
+    """The JSON-able description of ``rule`` stored in checkpoints (raises CheckpointError if a field
+    cannot be serialized, e.g. a lambda schedule)."""
+    if not isinstance(rule, Rule):
+        raise CheckpointError(f"expected a refopt rule, got {type(rule).__name__}")
+    return _encode_value(rule, type(rule).__name__)
+
+
+def rule_from_json(desc: Any) -> Rule:
+    """Inverse of :func:`rule_to_json` (imports classes from the refopt package only)."""
+    rule = _decode_value(desc)
+    if not isinstance(rule, Rule):
+        raise CheckpointError("the stored rule is not a refopt rule")
+    return rule
+
+
+# --- trees <-> (treedef JSON, leaf records, arrays) -----------------------------------------------
+
+def _encode_treedef(d: T.TreeDef) -> Any:
+    kids = [_encode_treedef(c) for c in d.children]
+    if d.kind in ("leaf", "none"):
+        return {"kind": d.kind}
+    if d.kind == "dict":
+        for k in d.meta:
+            if type(k) not in (str, int):
+                raise CheckpointError(f"cannot store a dict key {k!r} of type {type(k).__name__} (str or int only)")
+        return {"kind": "dict", "keys": list(d.meta), "children": kids}
+    if d.kind == "namedtuple":
+        return {"kind": "namedtuple", "type": _qualname(d.meta), "fields": list(d.meta._fields),
+                "children": kids}
+    return {"kind": d.kind, "children": kids}
+
+
+def _decode_treedef(e: Any, types_: dict) -> T.TreeDef:
+    kind = e["kind"]
+    if kind in ("leaf", "none"):
+        return T.TreeDef(kind, None, ())
+    kids = tuple(_decode_treedef(c, types_) for c in e["children"])
+    if kind == "dict":
+        return T.TreeDef("dict", tuple(e["keys"]), kids)
+    if kind == "namedtuple":
+        module, qualname = e["type"]
+        fields = tuple(e["fields"])
+        if f"{module}.{qualname}" in types_:
+            cls = types_[f"{module}.{qualname}"]
+        elif _in_refopt(module):
+            cls = _resolve(module, qualname)
+        else:
+            cls = collections.namedtuple(qualname.split(".")[-1], fields)
+        if not (isinstance(cls, type) and issubclass(cls, tuple) and tuple(getattr(cls, "_fields", ())) == fields):
+            raise CheckpointError(f"{module}.{qualname} is not a NamedTuple with fields {fields}")
+        return T.TreeDef("namedtuple", cls, kids)
+    if kind in ("list", "tuple"):
+        return T.TreeDef(kind, None, kids)
+    raise CheckpointError(f"unknown tree node kind {kind!r}")
+
+
+def _sha256(a: np.ndarray) -> str:
+    """sha256 of the array's C-order bytes (dtype and shape are checked separately)."""
+    return hashlib.sha256(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data).hexdigest()
+
+
+def _encode_tree(tree: Any, prefix: str, arrays: dict) -> dict:
+    leaves, paths, td = T.flatten(tree)
+    recs = []
+    for leaf, path in zip(leaves, paths):
+        key = f"{prefix}/{path}"
+        if isinstance(leaf, np.ndarray) or isinstance(leaf, np.generic):
+            a = np.asarray(leaf)
+            if a.dtype.kind not in "biufc":
+                raise CheckpointError(f"cannot store {key}: dtype {a.dtype} (numeric arrays only)")
+            if key in arrays:
+                raise CheckpointError(f"two leaves share the name {key}")
+            a = np.ascontiguousarray(a)
+            arrays[key] = a
+            kind = "npscalar" if isinstance(leaf, np.generic) else "array"
+            recs.append({"kind": kind, "key": key, "dtype": a.dtype.str, "shape": list(a.shape),
+                         "sha256": _sha256(a)})
+        elif leaf is None or type(leaf) in (bool, int, float, str):
+            recs.append({"kind": "py", "value": leaf})
+        else:
+            raise CheckpointError(f"cannot store the leaf {key} of type {type(leaf).__name__} "
+                                  f"(arrays, numpy scalars, int, float, bool, str only)")
+    return {"def": _encode_treedef(td), "leaves": recs}
+
+
+def _decode_tree(enc: dict, arrays: dict, types_: dict) -> Any:
+    td = _decode_treedef(enc["def"], types_)
+    leaves = []
+    for rec in enc["leaves"]:
+        if rec["kind"] == "py":
+            leaves.append(rec["value"])
+            continue
+        a = arrays[rec["key"]]
+        leaves.append(a[()] if rec["kind"] == "npscalar" else a)
+    try:
+        return T.unflatten(td, leaves)
+    except (StopIteration, ValueError) as e:
+        raise CheckpointError(f"the stored tree definition and its leaves disagree ({e})") from None
+
+
+# --- save / load --------------------------------------------------------------------------------
+
+def save(path: str | os.PathLike, params: Any, state: OptState, rule: Rule | None,
+         **extra_metadata: Any) -> None:
+    """Write ``params``, ``state`` and ``rule`` to the checkpoint file ``path`` (atomically).
+
+    Args:
+      path: the file to (over)write; no suffix is added (``.npz`` is customary).
+      params: the params tree (floating ndarray leaves) the state belongs to.
+      state: the :class:`~refopt.core.OptState` from refopt.init / update (checked against params).
+      rule: the rule, or None to store no rule (needed when it holds a user function).
+      extra_metadata: JSON-serializable values stored as ``metadata`` (e.g. step=..., seed=...).
+
+    Raises:
+      CheckpointError: a rule field, a state leaf or an extra value cannot be serialized (nothing is
+        written then), or state does not match params.
+      OSError: the file cannot be written.
+    """
+    from refopt import __version__
+    if not isinstance(state, OptState):
+        raise CheckpointError(f"state must be an OptState from refopt.init, got {type(state).__name__}")
+    try:
+        T.flatten_up_to(T.structure(params), state.leaves, name="state.leaves")
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    arrays: dict[str, np.ndarray] = {}
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "refopt_version": __version__,
+        "rule": None if rule is None else rule_to_json(rule),
+        "params": _encode_tree(params, "params", arrays),
+        "state": _encode_tree(state, "state", arrays),
+        "extra": extra_metadata,
+    }
+    try:
+        text = json.dumps(meta, indent=1, allow_nan=True)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"extra metadata is not JSON-serializable: {e}") from None
+
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
+                z.writestr(META_NAME, text)
+                for key, a in arrays.items():
+                    with z.open(key + ".npy", "w", force_zip64=True) as m:
+                        np.lib.format.write_array(m, a, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    try:  # make the rename itself durable (POSIX); harmless to skip where unsupported
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def _open(path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(os.fspath(path), "r")
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise CheckpointError(f"{path} is not a readable refopt checkpoint (truncated or corrupted?): {e}") \
+            from None
+
+
+def _read_meta(z: zipfile.ZipFile, path) -> dict:
+    try:
+        meta = json.loads(z.read(META_NAME).decode("utf-8"))
+    except KeyError:
+        raise CheckpointError(f"{path} has no {META_NAME}: not a refopt checkpoint") from None
+    except (zipfile.BadZipFile, EOFError, OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: unreadable {META_NAME} (truncated or corrupted?): {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a refopt checkpoint (format {meta.get('format')!r})"
+                              if isinstance(meta, dict) else f"{path}: malformed {META_NAME}")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has checkpoint format version {meta.get('format_version')!r}; this "
+                              f"refopt reads version {FORMAT_VERSION}")
+    return meta
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """The full metadata header of a checkpoint (format, versions, rule, trees, extra) without reading
+    the arrays. Raises CheckpointError like :func:`load`."""
+    with _open(path) as z:
+        return _read_meta(z, path)
+
+
+def load(path: str | os.PathLike, rule: Rule | None = None,
+         types: Iterable[type] = ()) -> Checkpoint:
+    """Read a checkpoint written by :func:`save`: ``(params, state, rule, metadata)``.
+
+    The arrays come back as fresh, writable, C-contiguous arrays of the saved dtype (so
+    :func:`refopt.update_` can continue in place), every one checked against its sha256. Python scalars
+    of the state (t, labels, weight sums) come back with their exact type and value, numpy scalars as the
+    same numpy type. Continuing from the loaded state gives bit for bit the trajectory that was
+    interrupted.
+
+    Args:
+      path: the checkpoint file.
+      rule: if given, returned instead of the stored rule (needed when the checkpoint was saved with
+        ``rule=None``); it is not compared with the stored one.
+      types: NamedTuple classes from outside refopt used in params (matched by module and qualname).
+
+    Raises:
+      FileNotFoundError: no such file.
+      CheckpointError: truncated or corrupted file, sha256 / dtype / shape mismatch, a missing or
+        unexpected array, another format or format version, or a stored class refopt does not have.
+    """
+    types_ = {f"{c.__module__}.{c.__qualname__}": c for c in types}
+    with _open(path) as z:
+        meta = _read_meta(z, path)
+        try:
+            recs = [r for part in ("params", "state") for r in meta[part]["leaves"] if r["kind"] != "py"]
+            names = set(z.namelist()) - {META_NAME}
+            wanted = {r["key"] + ".npy" for r in recs}
+            if names - wanted:
+                raise CheckpointError(f"{path}: unexpected members {sorted(names - wanted)[:3]}")
+            arrays = {}
+            for r in recs:
+                arrays[r["key"]] = _read_array(z, r, path)
+            params = _decode_tree(meta["params"], arrays, types_)
+            state = _decode_tree(meta["state"], arrays, types_)
+        except (KeyError, TypeError, IndexError) as e:
+            raise CheckpointError(f"{path}: malformed metadata ({type(e).__name__}: {e})") from None
+    if not isinstance(state, OptState):
+        raise CheckpointError(f"{path}: the stored state is not an OptState")
+    try:
+        T.flatten_up_to(T.structure(params), state.leaves, name="state.leaves")
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    if rule is None and meta["rule"] is not None:
+        rule = rule_from_json(meta["rule"])
+    return Checkpoint(params, state, rule, meta.get("extra", {}))
+
+
+def _read_array(z: zipfile.ZipFile, rec: dict, path) -> np.ndarray:
+    key = rec["key"]
+    try:
+        raw = z.read(key + ".npy")
+    except KeyError:
+        raise CheckpointError(f"{path}: the array {key} is missing") from None
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as e:
+        raise CheckpointError(f"{path}: the array {key} is unreadable (truncated or corrupted?): {e}") from None
+    try:
+        a = np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
+    except (ValueError, EOFError, OSError) as e:
+        raise CheckpointError(f"{path}: the array {key} is unreadable: {e}") from None
+    if a.dtype.str != rec["dtype"] or list(a.shape) != list(rec["shape"]):
+        raise CheckpointError(f"{path}: the array {key} is {a.dtype.str}{list(a.shape)}, the metadata says "
+                              f"{rec['dtype']}{rec['shape']}")
+    if _sha256(a) != rec["sha256"]:
+        raise CheckpointError(f"{path}: sha256 mismatch for {key} (the file is corrupted)")
+    return np.require(a, requirements=["C", "W", "O"])
+

@@ -1,0 +1,5 @@
+import sys
+
+from refopt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,107 @@
+"""Run outputs shared by the commands: the out directory, metrics.csv, config.json, plots."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import platform
+import sys
+from importlib import metadata
+
+import numpy as np
+
+
+def prepare_out(path: str) -> str:
+    """Create ``path`` (and parents) if needed and check it is a writable directory; return it.
+
+    Raises: ValueError (one line) when it is a file, cannot be created, or is not writable.
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"--out {path} exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"cannot create --out directory {path}: {e.strerror}") from None
+    probe = os.path.join(path, ".refopt-write-test")
+    try:
+        with open(probe, "w") as f:
+            f.write("")
+        os.remove(probe)
+    except OSError as e:
+        raise ValueError(f"--out directory {path} is not writable: {e.strerror}") from None
+    return path
+
+
+def package_versions(names=("refopt", "numpy", "numba", "scipy", "scikit-learn", "matplotlib")) -> dict:
+    out = {"python": platform.python_version()}
+    for n in names:
+        try:
+            out[n] = metadata.version(n)
+        except metadata.PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+def sha256_arrays(*arrays: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def write_json(path: str, obj: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
+        f.write("\n")
+
+
+def _jsonable(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    return repr(o)
+
+
+def write_csv(path: str, rows: list[dict], columns: list[str]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _fmt(r.get(k)) for k in columns})
+
+
+def _fmt(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return v
+
+
+def plot_curves(path: str, curves: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str,
+                logy: bool = False) -> None:
+    """Line plot of named (x, y) curves into a PNG (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for name, (x, y) in curves.items():
+        ax.plot(x, y, label=name, lw=1.4, marker="o" if len(x) < 30 else None, ms=3)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+
+
+def command_line() -> str:
+    return " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])

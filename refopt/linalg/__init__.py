@@ -1,0 +1,5 @@
+"""Dense linear-algebra maps used by the matrix rules: the matrix sign / polar factor ``msign``."""
+from refopt.linalg._msign import (NS_PRESETS, POLAR_EXPRESS_RAW, msign, ns_band, ns_coefficients,
+                                  ns_scalar_map)
+
+__all__ = ["msign", "ns_coefficients", "ns_scalar_map", "ns_band", "NS_PRESETS", "POLAR_EXPRESS_RAW"]

@@ -1,0 +1,252 @@
+r"""msign: the matrix sign (orthogonal polar factor) of a 2-D array, exactly by SVD or by Newton-Schulz.
+
+For G = U diag(s) V^T (thin SVD, rank r), the matrix sign is ``msign(G) = U_r V_r^T``: every nonzero
+singular value is replaced by 1 and every zero one by 0. It is the steepest-descent direction of the
+spectral norm (Bernstein & Newhouse 2024, arXiv:2409.20325) and the core of Muon (seed 003;
+K. Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/).
+
+Newton-Schulz (NS) approximates it with odd quintics applied to the singular values of the normalised
+input X_0 = G / ||G||_F (singular values in (0, 1])::
+
+    A = X X^T;   B = b_k A + c_k A A;   X <- a_k X + B X          (k = 1 .. steps)
+
+which maps every singular value x to p_k(x) = a_k x + b_k x^3 + c_k x^5 and keeps the singular vectors.
+:func:`ns_scalar_map` is that scalar map, so the singular values of the NS output are exactly
+``ns_scalar_map(s / ||s||_2)`` (up to rounding). NS is approximate: the Jordan quintic does not converge
+to 1 but keeps the singular values in a band (PITFALLS B08: on x in [0.1, 1], five Jordan steps land in
+[0.6818, 1.2024]; :func:`ns_band` computes the band of any schedule).
+
+Coefficient presets (CONVENTIONS.md section 4):
+
+* ``'jordan'``: (3.4445, -4.7750, 2.0315) every step (KellerJordan/Muon, torch.optim.Muon, optax 'standard').
+* ``'classic'``: (15/8, -10/8, 3/8) every step, the textbook quintic (converges to 1 for x in (0, 1]).
+* ``'you'``: You Jiacheng's five quintics (optax 'dion', NVIDIA Emerging-Optimizers 'quintic').
+* ``'polar_express'``: Amsel, Persson, Musco & Gower 2025 (arXiv:2505.16932, Algorithm 1): the eight raw
+  rows of :data:`POLAR_EXPRESS_RAW` with the safety scaling p(x/1.01), i.e. (a/1.01, b/1.01**3,
+  c/1.01**5), on every row except the last.
+* a user tuple (a, b, c): used at every step; a user list of tuples: row k at step k.
+
+Schedules longer than ``steps`` are truncated to their first ``steps`` rows; shorter ones repeat their
+last row (Polar Express and Su Jianlin's convention; NVIDIA's "cycle" mode restarts instead, and
+optax errors when the list is longer than ns_steps and otherwise runs exactly len(list) steps -- to
+reproduce optax with an (n, 3) list, pass steps = n).
+
+Pre-normalisation (``eps_mode``):
+
+* ``'none'`` (default): X_0 = G / (f ||G||_F) with f = ``norm_factor`` (1 by default; Polar Express
+  uses 1.01). ||G||_F is computed without overflow or underflow as ``amax * ||G / amax||_F`` with
+  ``amax = max |G|``. A zero input returns exact zeros. This form is exactly scale invariant:
+  msign(c G) = msign(G) for every c > 0 for which c G neither overflows nor underflows.
+* ``'add'``: X_0 = G / (f ||G||_F + eps) (KellerJordan/Muon eps = 1e-7, optax eps = 1e-8; Moonlight).
+* ``'clamp'``: X_0 = G / max(f ||G||_F, eps) (torch.optim.Muon, eps = 1e-7).
+  Both break scale invariance for tiny G; they exist to reproduce those peers exactly.
+
+Tall inputs (rows > cols) are transposed before the iteration and transposed back, so the Gram matrix
+A is min(m, n) square (all peers do this; the result does not depend on it in exact arithmetic).
+All arithmetic runs in the input dtype (float32 stays float32; peers run NS in bfloat16, refopt does not).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+#: Polar Express degree-5 coefficients before the safety scaling (Amsel et al. 2025, Algorithm 1).
+POLAR_EXPRESS_RAW: tuple[tuple[float, float, float], ...] = (
+    (8.28721201814563, -23.595886519098837, 17.300387312530933),
+    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
+    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
+    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
+    (1.875, -1.25, 0.375),
+)
+
+
+def _safety(rows, f=1.01):
+    """p(x / f) for every row except the last (Polar Express safety scaling)."""
+    scaled = [(a / f, b / f ** 3, c / f ** 5) for a, b, c in rows[:-1]]
+    return tuple(scaled) + (tuple(rows[-1]),)
+
+
+#: Named coefficient schedules: a single (a, b, c) row is used at every step; a list is followed row by
+#: row and its last row repeated.
+NS_PRESETS: dict[str, tuple] = {
+    "jordan": (3.4445, -4.7750, 2.0315),
+    "classic": (15 / 8, -10 / 8, 3 / 8),
+    "you": ((4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377), (3.7418, -5.5913, 2.3037),
+            (2.8769, -3.1427, 1.2046), (2.8366, -3.0525, 1.2012)),
+    "polar_express": _safety(POLAR_EXPRESS_RAW),
+}
+
+_EPS_MODES = ("none", "add", "clamp")
+
+
+def _is_row(c) -> bool:
+    return (isinstance(c, (tuple, list, np.ndarray)) and len(c) == 3
+            and all(isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) for v in c))
+
+
+def ns_coefficients(coeffs="jordan", steps: int = 5) -> tuple[tuple[float, float, float], ...]:
+    """The (a, b, c) row used at each of the ``steps`` Newton-Schulz iterations, as Python floats.
+
+    ``coeffs``: a preset name of :data:`NS_PRESETS`, one (a, b, c) row (used at every step), or a
+    non-empty sequence of rows (row k at step k; truncated to ``steps`` rows, or its last row repeated).
+
+    Raises: ValueError for an unknown name, a malformed or non-finite row, or steps not an int >= 0.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    if isinstance(coeffs, str):
+        if coeffs not in NS_PRESETS:
+            raise ValueError(f"coeffs must be one of {sorted(NS_PRESETS)} or (a, b, c) rows, got {coeffs!r}")
+        coeffs = NS_PRESETS[coeffs]
+    if _is_row(coeffs):
+        rows = [coeffs]
+        repeat = True
+    elif isinstance(coeffs, (tuple, list, np.ndarray)) and len(coeffs) > 0 and all(_is_row(r) for r in coeffs):
+        rows = list(coeffs)
+        repeat = False
+    else:
+        raise ValueError(f"coeffs must be a preset name, an (a, b, c) row or a list of rows, got {coeffs!r}")
+    rows = [tuple(float(v) for v in r) for r in rows]
+    if not all(math.isfinite(v) for r in rows for v in r):
+        raise ValueError(f"Newton-Schulz coefficients must be finite, got {coeffs!r}")
+    if repeat:
+        return tuple(rows * steps)
+    return tuple(rows[k] if k < len(rows) else rows[-1] for k in range(steps))
+
+
+def ns_scalar_map(x, coeffs="jordan", steps: int = 5) -> np.ndarray:
+    """The scalar map of Newton-Schulz: x -> p_steps(...p_1(x)) with p_k(x) = a_k x + b_k x^3 + c_k x^5,
+    in float64. Applied to the normalised singular values s / ||s||_2 it gives the singular values of
+    ``msign(G, 'newton_schulz', coeffs, steps)`` (with ``eps_mode='none'``, ``norm_factor=1``)."""
+    x = np.array(x, dtype=np.float64)
+    for a, b, c in ns_coefficients(coeffs, steps):
+        x2 = x * x
+        x = a * x + (b * x2 + c * (x2 * x2)) * x
+    return x
+
+
+def ns_band(lo: float, hi: float = 1.0, coeffs="jordan", steps: int = 5, n: int = 200001) -> tuple[float, float]:
+    """(min, max) of :func:`ns_scalar_map` over normalised singular values x in [lo, hi], on a grid of
+    ``n`` points (geometric spacing; accurate to ~1e-6 for the presets). PITFALLS B08: the Jordan
+    quintic, 5 steps, maps [0.1, 1] into [0.6818, 1.2024]."""
+    if not 0 < lo <= hi:
+        raise ValueError(f"need 0 < lo <= hi, got lo={lo!r}, hi={hi!r}")
+    y = ns_scalar_map(np.geomspace(lo, hi, n), coeffs, steps)
+    return float(y.min()), float(y.max())
+
+
+def _check_input(G) -> np.ndarray:
+    if not isinstance(G, np.ndarray) or G.dtype not in (np.float32, np.float64):
+        raise ValueError(f"msign takes a float32 or float64 numpy array, got "
+                         f"{getattr(G, 'dtype', type(G).__name__)}")
+    if G.ndim != 2:
+        raise ValueError(f"msign takes a 2-D array, got shape {G.shape}")
+    if not np.isfinite(G).all():
+        raise ValueError("msign: the input holds nan or inf")
+    return G
+
+
+def _normalise(G: np.ndarray, eps_mode: str, norm_eps: float, norm_factor: float) -> np.ndarray | None:
+    """X_0 = G / denominator (see the module doc) as a new array of G's dtype; None when X_0 = 0."""
+    d = G.dtype.type
+    amax = np.max(np.abs(G)) if G.size else d(0)
+    if amax == 0:
+        return None
+    Y = G / amax                                    # entries in [-1, 1], no overflow / underflow below
+    nrm = d(np.sqrt(np.sum(Y * Y, dtype=G.dtype)))  # ||G||_F / amax, in [1, sqrt(size)]
+    if eps_mode == "none":
+        Y /= d(norm_factor) * nrm
+        return Y
+    fro = d(norm_factor) * (nrm * amax)             # f ||G||_F, as the peers compute it
+    den = fro + d(norm_eps) if eps_mode == "add" else max(fro, d(norm_eps))
+    return G / den
+
+
+def _newton_schulz(X: np.ndarray, rows) -> np.ndarray:
+    """Run the NS iteration on a wide (m <= n) C-contiguous X in its dtype; returns the result."""
+    d = X.dtype.type
+    m = X.shape[0]
+    A = np.empty((m, m), X.dtype)
+    B = np.empty((m, m), X.dtype)
+    Y = np.empty_like(X)
+    for a, b, c in rows:
+        np.matmul(X, X.T, out=A)     # numpy dispatches X @ X.T to BLAS syrk (exactly symmetric A)
+        np.matmul(A, A, out=B)
+        B *= d(c)
+        B += d(b) * A
+        np.matmul(B, X, out=Y)
+        X *= d(a)
+        Y += X
+        X, Y = Y, X
+    return X
+
+
+def _msign_svd(G: np.ndarray, rtol: float | None) -> np.ndarray:
+    U, s, Vt = np.linalg.svd(G, full_matrices=False)
+    if s.size == 0 or s[0] == 0:
+        return np.zeros_like(G)
+    tol = (max(G.shape) * np.finfo(G.dtype).eps if rtol is None else rtol) * s[0]
+    r = int(np.count_nonzero(s > tol))
+    return np.ascontiguousarray(U[:, :r] @ Vt[:r], dtype=G.dtype)
+
+
+def msign(G: np.ndarray, method: str = "newton_schulz", coeffs="jordan", steps: int = 5, *,
+          eps_mode: str = "none", norm_eps: float = 0.0, norm_factor: float = 1.0,
+          rtol: float | None = None) -> np.ndarray:
+    r"""The matrix sign U V^T of a 2-D array (exactly, or its Newton-Schulz approximation).
+
+    Args:
+      G: float32 or float64 array of shape (m, n), any m, n >= 0 (C- or F-ordered; never written).
+      method: ``'newton_schulz'`` (matmuls only; approximate, see the module doc) or ``'svd'`` (exact
+        U_r V_r^T; singular values s_i <= rtol * s_max count as zero, with the default
+        rtol = max(m, n) * eps(dtype) as numpy.linalg.matrix_rank, so msign(0) = 0 and a rank-r input
+        gives a partial isometry with exactly r unit singular values).
+      coeffs, steps: the Newton-Schulz schedule (:func:`ns_coefficients`); ignored by 'svd'.
+      eps_mode, norm_eps, norm_factor: the pre-normalisation before Newton-Schulz (module doc):
+        'none' (exact, scale invariant; norm_eps must be 0), 'add' or 'clamp' (norm_eps > 0), and the
+        factor f >= 1 multiplying ||G||_F. Ignored by 'svd', which is exactly scale invariant.
+      rtol: relative rank threshold of 'svd' (None: the default above).
+
+    Returns: a new C-contiguous array of G's shape and dtype; exact zeros for a zero G (never NaN).
+    Raises: ValueError for a non-float32/float64 or non-2-D input, nan/inf entries, or bad options.
+    """
+    _check_input(G)
+    if method not in ("newton_schulz", "svd"):
+        raise ValueError(f"method must be 'newton_schulz' or 'svd', got {method!r}")
+    _check_norm_options(eps_mode, norm_eps, norm_factor)
+    if method == "svd":
+        if rtol is not None and not (math.isfinite(rtol) and rtol >= 0):
+            raise ValueError(f"rtol must be None or a finite number >= 0, got {rtol!r}")
+        return _msign_svd(G, rtol)
+    return newton_schulz(G, ns_coefficients(coeffs, steps), eps_mode, norm_eps, norm_factor)
+
+
+def _check_norm_options(eps_mode, norm_eps, norm_factor) -> None:
+    if eps_mode not in _EPS_MODES:
+        raise ValueError(f"eps_mode must be one of {list(_EPS_MODES)}, got {eps_mode!r}")
+    if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not math.isfinite(norm_eps):
+        raise ValueError(f"norm_eps must be a finite number, got {norm_eps!r}")
+    if eps_mode == "none" and norm_eps != 0:
+        raise ValueError("norm_eps must be 0 with eps_mode='none' (use eps_mode='add' or 'clamp')")
+    if eps_mode != "none" and not norm_eps > 0:
+        raise ValueError(f"eps_mode={eps_mode!r} needs norm_eps > 0, got {norm_eps!r}")
+    if isinstance(norm_factor, bool) or not isinstance(norm_factor, (int, float)) or not (
+            math.isfinite(norm_factor) and norm_factor >= 1):
+        raise ValueError(f"norm_factor must be a finite number >= 1, got {norm_factor!r}")
+
+
+def newton_schulz(G: np.ndarray, rows: Sequence[tuple[float, float, float]], eps_mode: str = "none",
+                  norm_eps: float = 0.0, norm_factor: float = 1.0) -> np.ndarray:
+    """Newton-Schulz on a validated 2-D float array with an explicit list of (a, b, c) rows (one per
+    step): normalise, transpose if tall, iterate, transpose back. No input checks (see :func:`msign`)."""
+    tall = G.shape[0] > G.shape[1]
+    X = _normalise(G.T if tall else G, eps_mode, norm_eps, norm_factor)
+    if X is None:
+        return np.zeros(G.shape, G.dtype)
+    X = _newton_schulz(np.ascontiguousarray(X), rows)
+    return np.ascontiguousarray(X.T) if tall else X

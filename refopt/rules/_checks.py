@@ -1,0 +1,48 @@
+"""Hyperparameter validation shared by the rules: every check raises ``ValueError`` naming the field."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+
+def finite_number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def nonnegative(name: str, value) -> None:
+    if finite_number(name, value) < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+
+def positive(name: str, value) -> None:
+    if finite_number(name, value) <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def unit_interval(name: str, value) -> None:
+    """value in [0, 1)."""
+    v = finite_number(name, value)
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+
+
+def one_of(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {sorted(allowed)}, got {value!r}")
+
+
+def schedule(value) -> None:
+    if value is not None and not callable(value):
+        raise ValueError(f"schedule must be None or a function t -> multiplier, got {value!r}")
+
+
+def schedule_multiplier(sched: Callable[[int], float] | None, t: int) -> float:
+    """gamma_t = sched(t) (1.0 without a schedule); must be finite and >= 0."""
+    if sched is None:
+        return 1.0
+    gamma = float(sched(t))
+    if not math.isfinite(gamma) or gamma < 0:
+        raise ValueError(f"schedule({t}) = {gamma!r}; a schedule multiplier must be finite and >= 0")
+    return gamma

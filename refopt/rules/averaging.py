@@ -1,0 +1,164 @@
+"""Weight averaging beside training (seed 004, eq. (2)): uniform (Polyak) average and EMA.
+
+Both are one recursion with different weights c_t; the average lives in the state and the training
+trajectory is the base rule's, bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numba
+import numpy as np
+
+from refopt.core import Rule
+from refopt.kernels import elementwise
+from refopt.rules import _checks
+
+
+class AverageState(NamedTuple):
+    """Per-array averaging state: the running average ``mu`` (shape and dtype of x) and the base rule's
+    own per-array state."""
+
+    mu: np.ndarray
+    base: Any
+
+
+class AverageContext(NamedTuple):
+    """One step's averaging weights (float64): mu_t = keep * mu_{t-1} + c * x_t; and the base's context."""
+
+    keep: float
+    c: float
+    base: Any
+
+
+def _average(mu, x, keep, c):
+    """mu <- keep*mu + c*x over flat arrays (keep, c of the arrays' dtype)."""
+    for i in numba.prange(mu.size):
+        mu[i] = keep * mu[i] + c * x[i]
+
+
+average_kernel = elementwise(_average)
+
+
+@dataclass(frozen=True)
+class _Averaging(Rule):
+    """The recursion shared by :class:`Average` and :class:`EMA`; subclasses give c_t."""
+
+    def _check_base(self, owner: str) -> None:
+        if not isinstance(self.base, Rule):
+            raise ValueError(f"{owner}: base must be a refopt rule, got {type(self.base).__name__}")
+
+    def _weights(self, t: int) -> tuple[float, float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def init_leaf(self, x, path):
+        sb = self.base.init_leaf(x, path)
+        return AverageState(np.array(self.base.eval_leaf(sb, x, path), order="C", copy=True), sb)
+
+    def init_global(self):
+        return self.base.init_global()
+
+    def context(self, t, glob):
+        base_ctx, glob = self.base.context(t, glob)
+        keep, c = self._weights(t)
+        return AverageContext(keep, c, base_ctx), glob
+
+    def update_leaf(self, ctx, s, x, g, path):
+        x, sb = self.base.update_leaf(ctx.base, s.base, x, g, path)
+        xe = np.ascontiguousarray(self.base.eval_leaf(sb, x, path))
+        d = x.dtype.type
+        average_kernel(s.mu.reshape(-1), xe.reshape(-1), d(ctx.keep), d(ctx.c))
+        return x, AverageState(s.mu, sb)
+
+    def eval_leaf(self, s, x, path):
+        return s.mu.copy()
+
+
+@dataclass(frozen=True)
+class Average(_Averaging):
+    r"""Uniform (Polyak-Ruppert) average of the iterates beside a base rule (seed 004, eq. (2) with
+    c_t = 1/t).
+
+    The base rule runs unchanged (its params, state and numbers are bit-identical to running it alone);
+    after its step t (t = 1 first) the state's average becomes::
+
+        mu_t = (1 - 1/t) * mu_{t-1} + (1/t) * x_t  =  (x_1 + ... + x_t) / t
+
+    the mean of the iterates after each update; the initial x_0 is not included (PITFALLS B16: 1/t, not
+    1/(t+1); mu_0 = x_0 is only what :func:`refopt.eval_params` returns before any step).
+    :func:`refopt.eval_params` returns the average (fresh copies); the params stay the training iterate.
+
+    Composition: ``x_t`` above is the base's evaluation weights ``base.eval_leaf`` (x_t itself for every
+    plain rule), so averaging a rule that has its own evaluation weights (Schedule-Free, another average)
+    averages those. Average has no additive direction, so it cannot be the base of Hyperball/Covariant;
+    put those inside instead (``Average(Hyperball(...))``).
+
+    Args:
+      base: any refopt rule.
+    Shapes/dtypes: mu has x's shape and dtype; the weights are computed in float64 and cast.
+    Raises: ValueError if base is not a refopt rule.
+    """
+
+    base: Rule
+
+    def __post_init__(self):
+        self._check_base("Average")
+
+    def _weights(self, t):
+        return (t - 1) / t, 1.0 / t
+
+
+@dataclass(frozen=True)
+class EMA(_Averaging):
+    r"""Exponential moving average of the iterates beside a base rule (seed 004, eq. (2) with c_t
+    -> 1 - decay), the "good in practice" average.
+
+    The base rule runs unchanged (bit-identical trajectory). After its step t (t = 1 first), with
+    beta = ``decay``::
+
+        debias=True  (default; zero-init EMA divided by 1 - beta**t, as optax.ema(debias=True)):
+            e_t = beta * e_{t-1} + (1 - beta) * x_t,  e_0 = 0;   mu_t = e_t / (1 - beta**t)
+            computed as eq. (2) with c_t = (1 - beta) / (1 - beta**t):  mu_t = (1 - c_t) mu_{t-1} + c_t x_t
+            (c_1 = 1, so mu_1 = x_1 exactly; the exponent is the number of updates t including this one,
+            PITFALLS B16: x = [10, 10, 4], beta = 0.9 -> 10, 10, 7.7859778597785985)
+        debias=False (param-init EMA, timm's ModelEmaV2: the average starts as a copy of the params):
+            mu_t = beta * mu_{t-1} + (1 - beta) * x_t,  mu_0 = x_0   (c_t = 1 - beta for every t;
+            B16 with x_0 = 10: 10, 10, 9.4)
+
+    Both are weighted means of the iterates: debiased, weight proportional to beta**(t-k) on x_1..x_t
+    (x_0 excluded; the weights sum to 1 exactly in exact arithmetic); param-init, weight beta**t on x_0.
+    :func:`refopt.eval_params` returns mu (fresh copies). As :class:`Average`, x_t is the base's
+    evaluation weights, and EMA has no additive direction.
+
+    Args:
+      base: any refopt rule.
+      decay: beta in [0, 1) (a window of about 1/(1 - beta) steps; beta = 0 gives mu_t = x_t).
+      debias: see above.
+    Shapes/dtypes: mu has x's shape and dtype; the weights are computed in float64 and cast.
+    Raises: ValueError if base is not a refopt rule or decay is outside [0, 1).
+    """
+
+    base: Rule
+    decay: float = 0.999
+    debias: bool = True
+
+    def __post_init__(self):
+        self._check_base("EMA")
+        _checks.unit_interval("decay", self.decay)
+        if not isinstance(self.debias, bool):
+            raise ValueError(f"debias must be True or False, got {self.debias!r}")
+
+    def _weights(self, t):
+        b = float(self.decay)
+        if not self.debias:
+            return b, 1.0 - b
+        bt = b ** t
+        c = (1.0 - b) / (1.0 - bt)
+        return (b - bt) / (1.0 - bt), c
+
+
+def average_reference(mu, x, keep, c):
+    """Plain-numpy twin of the averaging kernel: keep*mu + c*x in x's dtype."""
+    d = x.dtype.type
+    return d(keep) * mu + d(c) * x

@@ -1,0 +1,148 @@
+"""Covariant optimizer: any base direction, rescaled to a step relative to the weight's own norm."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from refopt.core import Rule
+from refopt.rules import _checks
+from refopt.rules.hyperball import WrapperContext, base_direction, check_direction_base, fro_norm, scale, \
+    sub_scaled
+
+
+class CovariantState(NamedTuple):
+    """Per-array Covariant state: only the base rule's per-array state."""
+
+    base: Any
+
+
+def _rms(a: np.ndarray) -> float:
+    return fro_norm(a) / math.sqrt(a.size) if a.size else 0.0
+
+
+_NAMED_NORMS = {"fro": fro_norm, "rms": _rms}
+
+#: probe for validating a user norm: a fixed 4x3 float64 matrix of mixed signs and magnitudes
+_PROBE = np.array([[0.5, -1.25, 2.0], [3.0, 0.0, -0.75], [-1.5, 4.0, 0.25], [1.0, -2.5, 0.125]])
+
+
+def _check_norm(norm) -> None:
+    if isinstance(norm, str):
+        _checks.one_of("norm", norm, set(_NAMED_NORMS))
+        return
+    if not callable(norm):
+        raise ValueError(f"norm must be 'fro', 'rms' or a function array -> float, got {norm!r}")
+    try:
+        vals = [float(norm(c * _PROBE)) for c in (1.0, 2.5, 1e-3, 0.0)]
+    except Exception as e:  # the user's function failed on the probe: report it as a bad hyperparameter
+        raise ValueError(f"norm: the function failed on a 4x3 float64 probe matrix ({e!r})") from e
+    n1, n25, nsmall, n0 = vals
+    if not (math.isfinite(n1) and n1 > 0):
+        raise ValueError(f"norm: a norm must be finite and > 0 on a non-zero array, got {n1!r} on the probe")
+    if n0 != 0.0 or abs(n25 - 2.5 * n1) > 1e-9 * 2.5 * n1 or abs(nsmall - 1e-3 * n1) > 1e-9 * 1e-3 * n1:
+        raise ValueError("norm: the function is not positively homogeneous (norm(c*a) = c*norm(a) for c >= 0 "
+                         f"failed on the probe: c=1 -> {n1!r}, c=2.5 -> {n25!r}, c=1e-3 -> {nsmall!r}, "
+                         f"c=0 -> {n0!r})")
+
+
+@dataclass(frozen=True)
+class Covariant(Rule):
+    r"""The covariant version of a base optimizer: a step of relative size lr along the base direction
+    (seed 000, eq. (elr-u); with SGD as the base, eq. (elr-g)).
+
+    At step t (t = 1 first), gamma_t = schedule(t), u_t the base rule's direction for this array::
+
+        W_t = W_{t-1} - lr * gamma_t * ||W_{t-1}|| * u_t / ||u_t||
+
+    so ||W_t - W_{t-1}|| / ||W_{t-1}|| = lr * gamma_t exactly: lr*gamma_t IS the effective learning rate
+    (ELR). The update phi(W, g) satisfies phi(c1 W, c2 g) = c1 phi(W, g) for all c1, c2 > 0 (seed 000,
+    eq. (phi)) whenever the base direction is invariant to the gradient scale: SGD with or without
+    momentum (the buffer scales with g), Adam in the limit eps -> 0 (eps breaks it by O(eps/|g|)), Muon
+    (up to its normalisation eps). ``norm`` is the same for W and u, so it only needs to be positively
+    homogeneous; 'fro' and 'rms' give the same step (the sqrt(size) cancels) up to rounding.
+
+    Conventions:
+      * Zero norms (PITFALLS B11): u_t = 0 gives no step; ||W_{t-1}|| = 0 gives no step (a zero weight has
+        ELR 0 under eq. (elr-u), so a zero-initialised array never moves: initialise it non-zero or give
+        it another rule). The base state still advances.
+      * The base rule contributes only its direction (``direction_leaf``): its ``lr`` is ignored, a base
+        ``schedule`` is rejected (use Covariant's), and decoupled weight decay in the base is rejected.
+        L2 weight decay of SGD/Adam enters u and is kept. Rule-wide state is the base's (passed through).
+      * :func:`refopt.direction` of Covariant is ||W|| u/||u|| (zero in the cases above), so Covariant
+        can itself be a base (e.g. of :class:`~refopt.rules.hyperball.Hyperball`, where it is the same as
+        the bare base since Hyperball normalises u).
+
+    Args:
+      base: a refopt rule with a direction (SGD, Adam, AdamW with weight_decay=0, Muon, ...).
+      lr: the effective learning rate, lr >= 0 (a relative step; e.g. 1e-3 to 1e-2).
+      norm: 'fro' (Frobenius over the whole array, accumulated in float64), 'rms' (Frobenius/sqrt(size)),
+        or a function array -> float that is positively homogeneous (norm(c*a) = c*norm(a), c >= 0) and
+        > 0 on non-zero arrays (e.g. ``lambda a: np.abs(a).max()``). It is checked on a fixed 4x3 float64
+        probe at construction, and its value (finite, >= 0) on every array at every step.
+      schedule: optional t -> gamma_t >= 0 multiplying lr.
+
+    Shapes/dtypes: any float32 / float64 array the base accepts; the state is the base state; the
+    scalar lr*gamma_t*||W||/||u|| is computed in float64, then cast, so float32 stays float32.
+    Raises: ValueError for a bad base (see :func:`~refopt.rules.hyperball.check_direction_base`), lr < 0,
+      an unknown or non-homogeneous norm; during a step, ValueError naming the array when a user norm
+      returns a negative or non-finite value.
+    """
+
+    base: Rule
+    lr: float = 1e-3
+    norm: str | Callable[[np.ndarray], float] = "fro"
+    schedule: Callable[[int], float] | None = None
+
+    def __post_init__(self):
+        check_direction_base("Covariant", self.base)
+        _checks.nonnegative("lr", self.lr)
+        _check_norm(self.norm)
+        _checks.schedule(self.schedule)
+
+    def _norm(self, a: np.ndarray, what: str, path: str) -> float:
+        if isinstance(self.norm, str):
+            return _NAMED_NORMS[self.norm](a)
+        v = float(self.norm(a))
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"Covariant: norm({what}) = {v!r} at {path}; a norm must be finite and >= 0")
+        return v
+
+    def init_leaf(self, x, path):
+        return CovariantState(self.base.init_leaf(x, path))
+
+    def init_global(self):
+        return self.base.init_global()
+
+    def context(self, t, glob):
+        base_ctx, glob = self.base.context(t, glob)
+        return WrapperContext(self.lr * _checks.schedule_multiplier(self.schedule, t), base_ctx), glob
+
+    def _ratio(self, s, x, g, path, ctx):
+        """(u, ||W||/||u|| or 0.0, new state)."""
+        u, sb = base_direction(self.base, ctx.base, s.base, x, g, path)
+        nw = self._norm(x, "W", path)
+        nu = self._norm(u, "u", path)
+        return u, (nw / nu if nw > 0.0 and nu > 0.0 else 0.0), CovariantState(sb)
+
+    def update_leaf(self, ctx, s, x, g, path):
+        u, ratio, s = self._ratio(s, x, g, path, ctx)
+        if ratio > 0.0:
+            sub_scaled(x.reshape(-1), u.reshape(-1), x.dtype.type(ctx.lr_t * ratio))
+        return x, s
+
+    def direction_leaf(self, ctx, s, x, g, path):
+        u, ratio, s = self._ratio(s, x, g, path, ctx)
+        scale(u.reshape(-1), x.dtype.type(ratio))
+        return u, s
+
+
+def covariant_reference(x, u, lr_t):
+    """Plain-numpy twin of one Frobenius Covariant step given the base direction u (float64 norms)."""
+    nw = float(np.linalg.norm(x.astype(np.float64)))
+    nu = float(np.linalg.norm(u.astype(np.float64)))
+    if nw == 0.0 or nu == 0.0:
+        return x.copy()
+    return x - x.dtype.type(lr_t * nw / nu) * u

@@ -1,0 +1,243 @@
+"""Hyperball (MuonH, AdamH): a relative step along a base rule's direction, then back onto a sphere.
+
+Also home of what the direction wrappers share (:class:`Hyperball` here, :class:`~refopt.rules.covariant.
+Covariant`): the float64 Frobenius norm :func:`fro_norm`, the base-rule checks and the step context.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import numba
+import numpy as np
+
+from refopt.core import Rule
+from refopt.kernels import elementwise
+from refopt.rules import _checks
+
+# ---------------------------------------------------------------------------------------------------
+# The Frobenius norm, accumulated in float64 whatever the array's dtype (PITFALLS B26).
+
+#: elements per partial sum. The blocks are fixed, so the serial and the parallel kernel add the very
+#: same numbers in the very same order: the norm is bit-reproducible whatever the thread count.
+NORM_BLOCK = 1 << 14
+
+
+def _sumsq_blocks(a, out, block, inv_scale):
+    """out[k] = sum over block k of (a[i] * inv_scale)**2, in float64."""
+    for k in numba.prange(out.size):
+        s = 0.0
+        for i in range(k * block, min(a.size, (k + 1) * block)):
+            v = np.float64(a[i]) * inv_scale
+            s += v * v
+        out[k] = s
+
+
+_sumsq_kernel = elementwise(_sumsq_blocks)
+
+
+@numba.njit(cache=True)
+def _max_abs(a):
+    m = 0.0
+    for i in range(a.size):
+        v = abs(np.float64(a[i]))
+        if v > m:
+            m = v
+    return m
+
+
+def fro_norm(a: np.ndarray) -> float:
+    """||a||_F = sqrt(sum a_i**2) over the whole array (any shape), as a Python float.
+
+    Squares are accumulated in float64 (also for float32 input) in fixed blocks of :data:`NORM_BLOCK`
+    elements, the block sums added exactly (``math.fsum``); when the plain sum of squares would overflow
+    or lose precision to underflow (outside [1e-280, 1e280]) the array is first scaled by its largest
+    magnitude, as LAPACK's nrm2 does. Returns 0.0 for an empty or all-zero array; inf if ``a`` holds an inf.
+    """
+    flat = np.ascontiguousarray(a).reshape(-1)
+    if flat.size == 0:
+        return 0.0
+    out = np.empty(-(-flat.size // NORM_BLOCK), np.float64)
+    _sumsq_kernel(flat, out, NORM_BLOCK, 1.0)
+    s = math.fsum(out)
+    if 1e-280 <= s <= 1e280 or s == 0.0 and _max_abs(flat) == 0.0:
+        return math.sqrt(s)
+    m = _max_abs(flat)
+    if not math.isfinite(m):
+        return m
+    _sumsq_kernel(flat, out, NORM_BLOCK, 1.0 / m)
+    return m * math.sqrt(math.fsum(out))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Elementwise kernels of the wrappers (plain-numpy twins: ``x - a*u``, ``b*x``).
+
+def _sub_scaled(x, u, a):
+    """x <- x - a*u (``a`` of x's dtype)."""
+    for i in numba.prange(x.size):
+        x[i] = x[i] - a * u[i]
+
+
+def _scale(x, b):
+    """x <- b*x (``b`` of x's dtype)."""
+    for i in numba.prange(x.size):
+        x[i] = b * x[i]
+
+
+sub_scaled = elementwise(_sub_scaled)
+scale = elementwise(_scale)
+
+
+# ---------------------------------------------------------------------------------------------------
+# What the direction wrappers share.
+
+class WrapperContext(NamedTuple):
+    """One step's scalars of a direction wrapper: its own ``lr * gamma_t`` and the base rule's context."""
+
+    lr_t: float
+    base: Any
+
+
+#: wd_mode values whose weight decay is L2 (inside the gradient, hence inside the direction u)
+_COUPLED_WD_MODES = frozenset({"l2", "coupled"})
+
+
+def check_direction_base(owner: str, base: Any) -> None:
+    """Validate the base rule of a direction wrapper (Hyperball, Covariant).
+
+    Raises ValueError when ``base`` is not a refopt rule, has no additive direction (no
+    ``direction_leaf``, e.g. an averaging wrapper), carries its own ``schedule`` (the wrapper's schedule
+    is the one that applies: pass it there), or has decoupled / lr-independent weight decay > 0 (AdamW,
+    Muon with ``weight_decay``): such a decay acts on x, not on u, so it would be silently dropped.
+    L2 decay (SGD's and Adam's ``weight_decay``) is part of the gradient, so of u, and is kept.
+    """
+    if not isinstance(base, Rule):
+        raise ValueError(f"{owner}: base must be a refopt rule, got {type(base).__name__}")
+    if type(base).direction_leaf is Rule.direction_leaf:
+        raise ValueError(f"{owner}: base rule {type(base).__name__} has no additive direction "
+                         f"(it defines no direction_leaf), so it cannot be wrapped")
+    if getattr(base, "schedule", None) is not None:
+        raise ValueError(f"{owner}: the base rule's schedule would be ignored (only its direction is used); "
+                         f"pass schedule= to {owner} instead")
+    wd_mode = getattr(base, "wd_mode", None)
+    if wd_mode is not None and wd_mode not in _COUPLED_WD_MODES and getattr(base, "weight_decay", 0) > 0:
+        raise ValueError(f"{owner}: the base rule's {wd_mode} weight_decay={base.weight_decay} acts on the "
+                         f"weights, not on the direction, so {owner} cannot apply it; set it to 0 "
+                         f"(the norm control of {owner} replaces weight decay)")
+
+
+def base_direction(base: Rule, ctx: Any, s: Any, x: np.ndarray, g: np.ndarray, path: str):
+    """The base rule's direction u for one array (a C-contiguous array like x) and its new state."""
+    u, sb = base.direction_leaf(ctx, s, x, g, path)
+    if not isinstance(u, np.ndarray) or u.shape != x.shape or u.dtype != x.dtype:
+        raise ValueError(f"{type(base).__name__}.direction_leaf returned a direction that is not an array of "
+                         f"x's shape {x.shape} and dtype {x.dtype} at {path}")
+    return np.ascontiguousarray(u), sb
+
+
+# ---------------------------------------------------------------------------------------------------
+
+class HyperballState(NamedTuple):
+    """Per-array Hyperball state: the radius R (a 0-d array of x's dtype, fixed at init) and the base
+    rule's own per-array state."""
+
+    radius: np.ndarray
+    base: Any
+
+
+@dataclass(frozen=True)
+class Hyperball(Rule):
+    r"""Hyperball: a relative step of angle about lr along a base direction, then projection back onto
+    the sphere of radius R (seed 000 "Hyperball"; seed 002 MuonH; Wen, Dang, Lyu, Ma, Liang 2026,
+    arXiv:2606.16899; CONVENTIONS.md 6).
+
+    At step t (t = 1 first), gamma_t = schedule(t), u_t the base rule's direction for this array::
+
+        y_t = W_{t-1} - lr * gamma_t * R * N(u_t)
+        W_t = R * N(y_t)                 with N(v) = v / ||v||_F, and N(0) = 0
+
+    ||.||_F is the Frobenius norm over the whole array (any ndim), accumulated in float64 (:func:`fro_norm`).
+    With u_t orthogonal to W the angle turned is atan(lr * gamma_t); ||W_t||_F = R after every step
+    (to rounding; no drift, since R is stored, not re-read from W). ``Hyperball(Muon(...))`` is MuonH,
+    ``Hyperball(Adam(...))`` is AdamH (the base's eps placement, betas, momentum... are kept).
+
+    Conventions:
+      * R = ||W_0||_F of each array, taken at :func:`refopt.init` and kept in the state (so it survives
+        a checkpoint), or ``radius`` for every array when given (NVIDIA Emerging-Optimizers' single
+        radius, but refopt does not require ||W_0|| = radius: the first step projects onto the sphere).
+      * Zero norms (PITFALLS B11), via N(0) = 0, always finite: u_t = 0 gives W_t = R N(W_{t-1}), i.e.
+        W unchanged when it is on the sphere; y_t = 0 (only when W_{t-1} = lr*gamma_t*R*N(u_t), e.g.
+        W = 0 with lr*gamma_t = 0) gives W_t = 0, and the next non-zero step lands on the sphere again;
+        W_{t-1} = 0 with lr*gamma_t > 0 gives W_t = -R N(u_t). MNG's ``max(||u||, eps)`` and NVEO's exact
+        zero for a zero update agree with this for exact zeros.
+      * The base rule contributes only its direction (``direction_leaf``): its ``lr`` is ignored, a base
+        ``schedule`` is rejected (use Hyperball's), and decoupled weight decay in the base is rejected
+        (the sphere replaces weight decay; NVEO's MuonHyperball default WD 0.01 is not reproduced).
+        L2 weight decay of SGD/Adam enters u and is kept. Rule-wide state is the base's (passed through).
+
+    Args:
+      base: a refopt rule with a direction (SGD, Adam, AdamW with weight_decay=0, Muon, Covariant, ...).
+        It may restrict the arrays it takes (Muon: matrices).
+      lr: relative step lr >= 0 (an angle in radians for small lr; MNG used 0.014-0.018 for MuonH).
+      radius: None (R = ||W_0||_F per array) or R > 0 for every array.
+      schedule: optional t -> gamma_t >= 0 multiplying lr.
+
+    Shapes/dtypes: any float32 / float64 array the base accepts; the state holds R (0-d, x's dtype) and
+    the base state; scalars are computed in float64 and cast, so float32 stays float32.
+    Raises: ValueError for a bad base (see :func:`check_direction_base`), lr < 0, radius <= 0 or not
+      finite; at :func:`refopt.init`, ValueError naming the array when radius is None and the array is
+      all zero (its sphere would be the single point 0 and it could never move: give ``radius`` or
+      partition it to another rule).
+    """
+
+    base: Rule
+    lr: float = 0.01
+    radius: float | None = None
+    schedule: Callable[[int], float] | None = None
+
+    def __post_init__(self):
+        check_direction_base("Hyperball", self.base)
+        _checks.nonnegative("lr", self.lr)
+        if self.radius is not None:
+            _checks.positive("radius", self.radius)
+        _checks.schedule(self.schedule)
+
+    def init_leaf(self, x, path):
+        r = fro_norm(x) if self.radius is None else float(self.radius)
+        if r == 0.0:
+            raise ValueError(f"Hyperball: the array at {path} is all zero, so its radius ||W_0||_F is 0 and it "
+                             f"could never move; pass radius=, initialize it non-zero, or give it another rule "
+                             f"(refopt.Partition)")
+        if not math.isfinite(r):
+            raise ValueError(f"Hyperball: the array at {path} has a non-finite norm")
+        return HyperballState(np.array(r, dtype=x.dtype), self.base.init_leaf(x, path))
+
+    def init_global(self):
+        return self.base.init_global()
+
+    def context(self, t, glob):
+        base_ctx, glob = self.base.context(t, glob)
+        return WrapperContext(self.lr * _checks.schedule_multiplier(self.schedule, t), base_ctx), glob
+
+    def update_leaf(self, ctx, s, x, g, path):
+        u, sb = base_direction(self.base, ctx.base, s.base, x, g, path)
+        d = x.dtype.type
+        r = float(s.radius)
+        nu = fro_norm(u)
+        flat = x.reshape(-1)
+        if nu > 0.0:
+            sub_scaled(flat, u.reshape(-1), d(ctx.lr_t * r / nu))       # y = W - lr_t*R*u/||u||
+        ny = fro_norm(flat)
+        if ny > 0.0:
+            scale(flat, d(r / ny))                                       # W = R*y/||y||
+        return x, HyperballState(s.radius, sb)
+
+
+def hyperball_reference(x, u, radius, lr_t):
+    """Plain-numpy twin of one Hyperball step given the base direction u (float64 norms)."""
+    d = x.dtype.type
+    nu = float(np.linalg.norm(u.astype(np.float64)))
+    y = x - d(lr_t * radius / nu) * u if nu > 0 else x.copy()
+    ny = float(np.linalg.norm(y.astype(np.float64)))
+    return d(radius / ny) * y if ny > 0 else y

@@ -1,0 +1,267 @@
+"""Muon: momentum orthogonalised by msign, with muP / Jordan / Moonlight shape scales (seed 003)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import numba
+import numpy as np
+
+from refopt.core import Rule
+from refopt.kernels import elementwise
+from refopt.linalg._msign import _check_norm_options, _msign_svd, newton_schulz, ns_coefficients
+from refopt.rules import _checks
+
+_SCALES = ("spectral", "jordan", "rms_match", "none")
+
+
+def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:
+    """The 2-D (fan_in, fan_out) view of a parameter in refopt's ``x @ W`` layout: the last axis is the
+    output, all leading axes are flattened into the input, fan_in = prod(shape[:-1]), fan_out = shape[-1].
+    A conv kernel in (kh, kw, in, out) "HWIO" layout (flax / optax) becomes (kh*kw*in, out). A torch
+    (out, in, kh, kw) kernel must be transposed to that layout first (PITFALLS B07)."""
+    if len(shape) < 2:
+        raise ValueError(f"matrix_shape needs ndim >= 2, got shape {shape}")
+    return int(math.prod(shape[:-1])), int(shape[-1])
+
+
+def muon_scale(shape: tuple[int, ...], scale: str = "spectral") -> float:
+    """The Muon step multiplier s for a parameter of this shape (flattened by :func:`matrix_shape`):
+
+    * ``'spectral'``:  sqrt(fan_out / fan_in)        (seed 003; muP spectral condition, Yang et al. 2023)
+    * ``'jordan'``:    sqrt(max(1, fan_out / fan_in)) (KellerJordan/Muon and torch 'original' on their
+      (out, in) arrays; optax ``scale_by_shape`` on (in, out) arrays)
+    * ``'rms_match'``: 0.2 * sqrt(max(fan_in, fan_out)) (Moonlight; torch 'match_rms_adamw'; optax
+      ``consistent_rms=0.2``): the update RMS matches AdamW's ~0.2
+    * ``'none'``:      1
+    """
+    _checks.one_of("scale", scale, set(_SCALES))
+    fi, fo = matrix_shape(shape)
+    if fi == 0 or fo == 0:
+        return 1.0
+    if scale == "spectral":
+        return math.sqrt(fo / fi)
+    if scale == "jordan":
+        return math.sqrt(max(1.0, fo / fi))
+    if scale == "rms_match":
+        return 0.2 * math.sqrt(max(fi, fo))
+    return 1.0
+
+
+class MuonState(NamedTuple):
+    """Per-array Muon state: the EMA momentum ``m`` (shape and dtype of x)."""
+
+    m: np.ndarray
+
+
+class MuonContext(NamedTuple):
+    """The scalars of one step (Python float64): lr*gamma_t, the decay multiplier of x_{t-1}, and the
+    weights of m_t and g_t in the msign input."""
+
+    lr_t: float
+    decay: float
+    w_m: float
+    w_g: float
+
+
+@dataclass(frozen=True)
+class Muon(Rule):
+    r"""Muon (Jordan et al. 2024; seed 003): msign of the momentum, scaled by the layer shape.
+
+    At step t (t = 1 first), gamma_t = schedule(t), mu = momentum, s = :func:`muon_scale`::
+
+        m_t = mu * m_{t-1} + (1 - mu) * g_t                          (EMA momentum, m_0 = 0)
+        M_t = (1 - mu) * g_t + mu * m_t    if nesterov   else   m_t  (nesterov_mode='standard': KJ, torch)
+        M_t = mu*m_t/(1 - mu**(t+1)) + (1-mu)*g_t/(1 - mu**t)  if nesterov else  m_t/(1 - mu**t)
+                                                                     (nesterov_mode='bias_corrected': optax)
+        O_t = msign(M_t)                       (on the 2-D view (fan_in, fan_out) of :func:`matrix_shape`)
+        x_t = (1 - r_t * lambda) * x_{t-1} - lr * gamma_t * s * O_t
+
+    with r_t = lr*gamma_t ('decoupled', MuonWD / torch AdamW convention, x_{t-1} pre-update) or
+    r_t = gamma_t ('independent', lambda a per-step rate). The weight decay is not multiplied by s
+    (as torch, KJ, Moonlight and optax). The direction (:func:`refopt.direction`) is u_t = s * O_t (the
+    scale s is included in u; Hyperball and Covariant normalise u, so it cancels there).
+
+    Layout: refopt's weights are (fan_in, fan_out) (``x @ W``), as optax's. ndim > 2 parameters are
+    flattened to (prod(shape[:-1]), shape[-1]), orthogonalised and scaled on that 2-D view, and the update
+    is returned in the original shape (PITFALLS B07). torch's Linear weight is (out, in): torch's scale on
+    its array equals refopt's on the transposed array, and msign(G^T) = msign(G)^T.
+
+    The momentum EMA and the step are numba elementwise kernels (:func:`refopt.kernels.elementwise`,
+    plain-numpy twin :func:`muon_reference`); msign is BLAS matmuls in x's dtype.
+
+    Args:
+      lr: peak learning rate eta >= 0 (with scale='spectral', the spectral norm of the step is lr*s).
+      momentum: mu in [0, 1).
+      nesterov: use the Nesterov input M_t above (default True, as all peers).
+      msign: 'newton_schulz' (default) or 'svd' (exact polar factor, rank-aware; see refopt.msign).
+      ns_coeffs, ns_steps: Newton-Schulz schedule: a preset ('jordan', 'polar_express', 'you',
+        'classic'), one (a, b, c) row or a list of rows (truncated to ns_steps rows or last row repeated);
+        ns_steps an int in [1, 100).
+      scale: 'spectral' (default), 'jordan', 'rms_match' or 'none' (see :func:`muon_scale`).
+      weight_decay: lambda >= 0 (<= 1 in 'independent' mode). wd_mode: 'decoupled' | 'independent'.
+      nesterov_mode: 'standard' (KJ, torch, NVIDIA) or 'bias_corrected' (optax.contrib.muon).
+      eps_mode, norm_eps, norm_factor: Newton-Schulz pre-normalisation (refopt.msign): 'none' (exact,
+        scale invariant, default), 'add' (X/(f||X||_F + eps): KJ 1e-7, optax 1e-8) or 'clamp'
+        (X/max(f||X||_F, eps): torch 1e-7).
+      schedule: optional t -> gamma_t >= 0.
+
+    Presets: :meth:`like_torch` and :meth:`like_optax` reproduce torch.optim.Muon and optax.contrib.muon
+    (up to torch's bfloat16 Newton-Schulz). Moonlight's SGD-sum momentum g + mu*b equals the standard
+    Nesterov input divided by (1 - mu), so it agrees with eps_mode='none' exactly in direction.
+
+    Shapes/dtypes: float32 / float64 arrays with ndim >= 2; m like x; all arithmetic in x's dtype.
+    Raises: ValueError for bad hyperparameters (naming the field) and, at :func:`refopt.init`, for a
+      parameter with ndim < 2 (naming its path; route vectors to AdamW with refopt.Partition).
+    """
+
+    lr: float = 0.02
+    momentum: float = 0.95
+    nesterov: bool = True
+    msign: str = "newton_schulz"
+    ns_coeffs: Any = "jordan"
+    ns_steps: int = 5
+    scale: str = "spectral"
+    weight_decay: float = 0.0
+    wd_mode: str = "decoupled"
+    nesterov_mode: str = "standard"
+    eps_mode: str = "none"
+    norm_eps: float = 0.0
+    norm_factor: float = 1.0
+    schedule: Callable[[int], float] | None = None
+
+    def __post_init__(self):
+        _checks.nonnegative("lr", self.lr)
+        _checks.unit_interval("momentum", self.momentum)
+        if not isinstance(self.nesterov, bool):
+            raise ValueError(f"nesterov must be a bool, got {self.nesterov!r}")
+        _checks.one_of("msign", self.msign, {"newton_schulz", "svd"})
+        if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) or not 1 <= self.ns_steps < 100:
+            raise ValueError(f"ns_steps must be an int in [1, 100), got {self.ns_steps!r}")
+        try:
+            ns_coefficients(self.ns_coeffs, self.ns_steps)
+        except ValueError as e:
+            raise ValueError(f"ns_coeffs: {e}") from None
+        if not isinstance(self.ns_coeffs, str):     # store rows as tuples: hashable, JSON-friendly
+            c = self.ns_coeffs
+            c = tuple(float(v) for v in c) if len(c) == 3 and not hasattr(c[0], "__len__") else \
+                tuple(tuple(float(v) for v in r) for r in c)
+            object.__setattr__(self, "ns_coeffs", c)
+        _checks.one_of("scale", self.scale, set(_SCALES))
+        _checks.nonnegative("weight_decay", self.weight_decay)
+        _checks.one_of("wd_mode", self.wd_mode, {"decoupled", "independent"})
+        if self.wd_mode == "independent" and self.weight_decay > 1:
+            raise ValueError(f"independent weight_decay is a per-step rate and must be <= 1, got {self.weight_decay}")
+        _checks.one_of("nesterov_mode", self.nesterov_mode, {"standard", "bias_corrected"})
+        _check_norm_options(self.eps_mode, self.norm_eps, self.norm_factor)
+        _checks.schedule(self.schedule)
+
+    # ---- presets reproducing the peers -------------------------------------------------------------
+    @classmethod
+    def like_torch(cls, lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
+                   nesterov: bool = True, ns_coefficients=(3.4445, -4.7750, 2.0315), eps: float = 1e-7,
+                   ns_steps: int = 5, adjust_lr_fn: str | None = None, **kw) -> "Muon":
+        """torch.optim.Muon's defaults and conventions (CONVENTIONS.md 1.3): EMA + standard Nesterov,
+        X/max(||X||_F, eps), decoupled decay with the unadjusted lr, scale 'jordan' ('original') or
+        'rms_match' ('match_rms_adamw'). Apply it to the TRANSPOSES of torch's (out, in) arrays.
+        torch runs Newton-Schulz in bfloat16; refopt in the parameter dtype."""
+        _checks.one_of("adjust_lr_fn", adjust_lr_fn, {None, "original", "match_rms_adamw"})
+        return cls(lr=lr, momentum=momentum, nesterov=nesterov, ns_coeffs=ns_coefficients, ns_steps=ns_steps,
+                   scale="rms_match" if adjust_lr_fn == "match_rms_adamw" else "jordan",
+                   weight_decay=weight_decay, wd_mode="decoupled", nesterov_mode="standard",
+                   eps_mode="clamp", norm_eps=eps, **kw)
+
+    @classmethod
+    def like_optax(cls, learning_rate: float, ns_coeffs=(3.4445, -4.7750, 2.0315), ns_steps: int = 5,
+                   beta: float = 0.95, eps: float = 1e-8, weight_decay: float = 0.0, nesterov: bool = True,
+                   consistent_rms: float | None = None, **kw) -> "Muon":
+        """optax.contrib.muon's Muon branch (CONVENTIONS.md 2.4; preconditioning='frobenius',
+        adaptive=False): EMA + bias-corrected (NAdam) Nesterov, X/(||X||_F + eps), scale
+        sqrt(max(1, fan_out/fan_in)) on optax's (in, out) = refopt's layout ('jordan'), or
+        consistent_rms=0.2 ('rms_match'; other values are not supported), decoupled decay. optax's
+        'dion' preset is 'you' here; with an (n, 3) list optax runs exactly n steps: pass ns_steps=n."""
+        if consistent_rms not in (None, 0.2):
+            raise ValueError(f"like_optax supports consistent_rms None or 0.2, got {consistent_rms!r}")
+        presets = {"standard": "jordan", "dion": "you"}
+        ns_coeffs = presets.get(ns_coeffs, ns_coeffs) if isinstance(ns_coeffs, str) else ns_coeffs
+        return cls(lr=learning_rate, momentum=beta, nesterov=nesterov, ns_coeffs=ns_coeffs, ns_steps=ns_steps,
+                   scale="jordan" if consistent_rms is None else "rms_match", weight_decay=weight_decay,
+                   wd_mode="decoupled", nesterov_mode="bias_corrected", eps_mode="add", norm_eps=eps, **kw)
+
+    # ---- hooks ----------------------------------------------------------------------------------------
+    def init_leaf(self, x, path):
+        if x.ndim < 2:
+            raise ValueError(f"Muon takes matrices (ndim >= 2); the parameter at {path} has shape {x.shape}. "
+                             f"Route vectors and scalars (biases, gains) to AdamW with refopt.Partition.")
+        return MuonState(np.zeros_like(x))
+
+    def context(self, t, glob):
+        gamma = _checks.schedule_multiplier(self.schedule, t)
+        lr_t = self.lr * gamma
+        decay = 1.0 - (lr_t if self.wd_mode == "decoupled" else gamma) * self.weight_decay
+        mu = self.momentum
+        if self.nesterov_mode == "standard":
+            w_m, w_g = (mu, 1.0 - mu) if self.nesterov else (1.0, 0.0)
+        elif self.nesterov:
+            w_m, w_g = mu / (1.0 - mu ** (t + 1)), (1.0 - mu) / (1.0 - mu ** t)
+        else:
+            w_m, w_g = 1.0 / (1.0 - mu ** t), 0.0
+        return MuonContext(lr_t, decay, w_m, w_g), glob
+
+    def _orthogonalised(self, c: MuonContext, s: MuonState, g: np.ndarray) -> np.ndarray:
+        """Advance m in place and return O_t = msign(M_t) on the 2-D view, as a new (fan_in, fan_out) array."""
+        d = g.dtype.type
+        M = np.empty(g.shape, g.dtype)
+        _momentum_kernel(s.m.reshape(-1), np.ascontiguousarray(g).reshape(-1), M.reshape(-1),
+                         d(self.momentum), d(1.0 - self.momentum), d(c.w_m), d(c.w_g))
+        M = M.reshape(matrix_shape(g.shape))
+        if self.msign == "svd":
+            return _msign_svd(M, None)
+        return newton_schulz(M, ns_coefficients(self.ns_coeffs, self.ns_steps), self.eps_mode,
+                             self.norm_eps, self.norm_factor)
+
+    def update_leaf(self, ctx, s, x, g, path):
+        O = self._orthogonalised(ctx, s, g)
+        d = x.dtype.type
+        _step_kernel(x.reshape(-1), O.reshape(-1), d(ctx.decay), d(ctx.lr_t * muon_scale(x.shape, self.scale)))
+        return x, s
+
+    def direction_leaf(self, ctx, s, x, g, path):
+        O = self._orthogonalised(ctx, s, g)
+        O *= x.dtype.type(muon_scale(x.shape, self.scale))
+        return O.reshape(x.shape), s
+
+
+def _momentum(m, g, out, mu, one_minus_mu, w_m, w_g):
+    """m <- mu*m + (1-mu)*g (in place) and out = w_m*m + w_g*g over flat arrays."""
+    for i in numba.prange(m.size):
+        gi = g[i]
+        mi = mu * m[i] + one_minus_mu * gi
+        m[i] = mi
+        out[i] = w_m * mi + w_g * gi
+
+
+def _step(x, o, decay, step):
+    """x <- decay*x - step*o over flat arrays."""
+    for i in numba.prange(x.size):
+        x[i] = decay * x[i] - step * o[i]
+
+
+_momentum_kernel = elementwise(_momentum)
+_step_kernel = elementwise(_step)
+
+
+def muon_reference(x, g, m, t, rule: Muon):
+    """Plain-numpy twin of :meth:`Muon.update_leaf` (its spec). Returns (x_new, m_new)."""
+    d = x.dtype.type
+    c, _ = rule.context(t, None)
+    m = d(rule.momentum) * m + d(1.0 - rule.momentum) * g
+    M = (d(c.w_m) * m + d(c.w_g) * g).reshape(matrix_shape(x.shape))
+    if rule.msign == "svd":
+        O = _msign_svd(M, None)
+    else:
+        O = newton_schulz(M, ns_coefficients(rule.ns_coeffs, rule.ns_steps), rule.eps_mode, rule.norm_eps,
+                          rule.norm_factor)
+    step = d(c.lr_t * muon_scale(x.shape, rule.scale))
+    return d(c.decay) * x - step * O.reshape(x.shape), m

@@ -1,0 +1,302 @@
+r"""Schedule-Free SGD and AdamW (Defazio et al. 2024, "The Road Less Scheduled", arXiv:2405.15682).
+
+Seed 004, eq. (18), in the paper's letters: the gradient is taken at the interpolation y, the base
+iterate z takes the plain step, and x (the weights to evaluate) is an online weighted average of z::
+
+    y_t     = (1 - beta) z_t + beta x_t
+    z_{t+1} = z_t - gamma_t * (step direction at y_t)
+    x_{t+1} = (1 - c_{t+1}) x_t + c_{t+1} z_{t+1}
+
+refopt follows the facebookresearch reference classes ``SGDScheduleFreeReference`` and
+``AdamWScheduleFreeReference`` (schedulefree 1.4.1 = facebookresearch/schedule_free HEAD; CONVENTIONS.md
+section 5) operation for operation, so float64 agrees with them to rounding (~1e-15 relative):
+
+* The params the user holds (and passes to ``update``) are **y**; the per-array state holds **z** and
+  **x** (and AdamW's second moment **v**); ``refopt.eval_params`` returns the stored x, never a value
+  recomputed from (y, z) (PITFALLS B14: (y - (1-beta) z)/beta loses ~1e-7 in float32). There is no
+  train/eval mode to switch: y stays in the params, x in the state, so "eval -> train -> eval" is
+  bit-identical and a checkpoint of (params, state) resumes exactly in either "mode".
+* The rule-wide state :class:`SFGlobal` holds ``k`` (steps taken), ``weight_sum`` and ``lr_max`` (-1
+  before the first step), as the reference's param group.
+* The averaging weight of step t: gamma_t = lr * warm_t (times the optional schedule, below),
+  lr_max = max(lr_max, gamma_t), w_t = t**r * lr_max**weight_lr_power, weight_sum += w_t and
+  c_t = w_t / weight_sum, with **c_t = 0 when weight_sum = 0** (a step with lr = 0 before any non-zero
+  step: the reference's ZeroDivisionError branch; PITFALLS B12).
+* Warmup (built in, as the reference): warm_t = t / warmup_steps for t <= warmup_steps, else 1
+  (the reference's (k+1)/warmup_steps with k = t - 1).
+* ``schedule`` (refopt extension, default None): gamma_t = (lr * schedule(t)) * warm_t. This is exactly what
+  the reference computes when a torch LR scheduler sets the group's ``lr`` to lr * schedule(t) before step
+  t (e.g. ``LambdaLR(opt, lambda e: schedule(e + 1))``): the scheduled value drives the z step *and*
+  lr_max / the averaging weights. B12's lr sequence [0, 0.1, 0.1] is lr = 0.1 with schedule [0, 1, 1].
+
+Not implemented: the memory-efficient non-reference classes (which keep y and z only and differ in
+rounding), ``AdamWScheduleFreeReference``'s ignored ``foreach``, HEAD's ``inner_momentum`` (default 0;
+absent from the 1.4.1 release), ScheduleFree+ (CONVENTIONS 5.3). optax's ``contrib.schedule_free``
+agrees with this reference at constant lr but its warmup lags one step (CONVENTIONS 2.5).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import numba
+import numpy as np
+
+from refopt.core import Rule
+from refopt.kernels import elementwise
+from refopt.rules import _checks
+
+
+class SFGlobal(NamedTuple):
+    """Rule-wide Schedule-Free state (Python floats; the reference's param-group entries):
+    ``k`` steps taken, ``weight_sum`` = sum of the averaging weights w, ``lr_max`` (-1 before step 1)."""
+
+    k: int
+    weight_sum: float
+    lr_max: float
+
+
+class SFContext(NamedTuple):
+    """The scalars of one step, in float64 (cast to the array dtype in the kernels)."""
+
+    t: int
+    lr: float      # gamma_t = (lr * schedule(t)) * warm_t, the z step size
+    c: float       # averaging coefficient c_t (0 when weight_sum = 0)
+    bc2: float     # 1 - beta2**t (AdamW only; 1 for SGD)
+
+
+class SFSGDState(NamedTuple):
+    """Per-array Schedule-Free SGD state: base iterate ``z`` and average ``x`` (shape/dtype of params)."""
+
+    z: np.ndarray
+    x: np.ndarray
+
+
+class SFAdamWState(NamedTuple):
+    """Per-array Schedule-Free AdamW state: ``z``, ``x`` and the second moment ``v`` (exp_avg_sq)."""
+
+    z: np.ndarray
+    x: np.ndarray
+    v: np.ndarray
+
+
+def _warm(t: int, warmup_steps: int) -> float:
+    return t / warmup_steps if t <= warmup_steps else 1.0
+
+
+@dataclass(frozen=True)
+class _SFBase(Rule):
+    def _check_common(self):
+        _checks.nonnegative("lr", self.lr)
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        _checks.nonnegative("r", self.r)
+        _checks.nonnegative("weight_lr_power", self.weight_lr_power)
+        _checks.nonnegative("weight_decay", self.weight_decay)
+        _checks.schedule(self.schedule)
+
+    def init_global(self) -> SFGlobal:
+        return SFGlobal(0, 0.0, -1.0)
+
+    def _averaging(self, t: int, glob: SFGlobal) -> tuple[float, float, SFGlobal]:
+        """(gamma_t, c_t, new global state): the reference's step-size, lr_max and weight bookkeeping."""
+        if not isinstance(glob, SFGlobal):
+            glob = SFGlobal(*glob)  # e.g. a plain tuple/list from a checkpoint
+        lr = (self.lr * _checks.schedule_multiplier(self.schedule, t)) * _warm(t, self.warmup_steps)
+        lr_max = max(lr, glob.lr_max)
+        weight = (t ** self.r) * (lr_max ** self.weight_lr_power)
+        weight_sum = glob.weight_sum + weight
+        c = weight / weight_sum if weight_sum != 0 else 0.0
+        return lr, c, SFGlobal(t, weight_sum, lr_max)
+
+    def eval_leaf(self, s, x, path):
+        """The stored average x (a read-only view of the state array; not recomputed from y and z)."""
+        view = s.x.view()
+        view.flags.writeable = False
+        return view
+
+
+@dataclass(frozen=True)
+class ScheduleFreeSGD(_SFBase):
+    r"""Schedule-Free SGD, as ``schedulefree.SGDScheduleFreeReference`` (CONVENTIONS.md 5.1).
+
+    At step t (t = 1 first), with y the params, g the gradient at y, gamma_t and c_t from the module
+    docstring (warmup, lr_max, weights)::
+
+        g <- g + lambda * y                         (L2 decay at y, coupled; only when lambda != 0)
+        z <- z - gamma_t * g
+        x <- (1 - c_t) * x + c_t * z
+        y <- beta * x + (1 - beta) * z              (the new params)
+
+    Args:
+      lr: >= 0 (reference default 1.0).
+      beta: the interpolation ("momentum") beta in (0, 1), as the reference requires.
+      warmup_steps: integer >= 0; linear warmup t/W of the step size (and, through lr_max, of the weights).
+      r: >= 0, polynomial weighting t**r of the average.
+      weight_lr_power: >= 0, weights lr_max**power (0: no lr weighting; 0.0**0 = 1 as in Python).
+      weight_decay: lambda >= 0, L2 added to the gradient at y.
+      schedule: optional t -> multiplier of lr (see the module docstring); None = constant.
+
+    State: z, x like the params (z = x = y0 at init); global :class:`SFGlobal`. float32 stays float32:
+    every scalar is computed in float64 and cast to the params' dtype.
+    Raises: ValueError for lr, r, weight_lr_power or weight_decay < 0 (or non-finite), beta outside
+      (0, 1), a non-integer or negative warmup_steps, or a non-callable schedule.
+    """
+
+    lr: float = 1.0
+    beta: float = 0.9
+    warmup_steps: int = 0
+    r: float = 0.0
+    weight_lr_power: float = 2.0
+    weight_decay: float = 0.0
+    schedule: Callable[[int], float] | None = None
+
+    def __post_init__(self):
+        self._check_common()
+        b = _checks.finite_number("beta", self.beta)
+        if not 0.0 < b < 1.0:
+            raise ValueError(f"beta must be in (0, 1) (as SGDScheduleFreeReference), got {self.beta!r}")
+
+    def init_leaf(self, x, path):
+        return SFSGDState(np.array(x, order="C", copy=True), np.array(x, order="C", copy=True))
+
+    def context(self, t, glob):
+        lr, c, glob = self._averaging(t, glob)
+        return SFContext(t, lr, c, 1.0), glob
+
+    def update_leaf(self, ctx, s, x, g, path):
+        d = x.dtype.type
+        _sf_sgd_kernel(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.z.reshape(-1), s.x.reshape(-1),
+                       self.weight_decay != 0, d(self.weight_decay), d(ctx.lr), d(1.0 - ctx.c), d(ctx.c),
+                       d(self.beta), d(1.0 - self.beta))
+        return x, s
+
+
+@dataclass(frozen=True)
+class ScheduleFreeAdamW(_SFBase):
+    r"""Schedule-Free AdamW, as ``schedulefree.AdamWScheduleFreeReference`` at HEAD (CONVENTIONS.md 5.2).
+
+    At step t (t = 1 first), y the params, g the gradient at y, gamma_t and c_t from the module
+    docstring, bc2 = 1 - beta2**t (float64)::
+
+        z <- z - (gamma_t * lambda) * (z if decay_at_z else y)     (decoupled decay; only if lambda != 0)
+        v <- beta2 * v + (1 - beta2) * g**2
+        z <- z - gamma_t * g / (sqrt(v / bc2) + eps)                 (eps after the sqrt: "E1")
+        x <- (1 - c_t) * x + c_t * z
+        y <- beta1 * x + (1 - beta1) * z                              (the new params)
+
+    HEAD convention (since schedulefree 1.3, Nov 2024): no first moment; the bias correction divides v, and
+    the step size is *not* multiplied by sqrt(bc2) (the <= 1.2 releases and ``AdamWScheduleFreePaper``
+    did, which also shrank the decay and the averaging weights early on).
+
+    Args:
+      lr: >= 0 (reference default 0.0025).
+      beta1: interpolation beta in [0, 1] (beta1 = 0: y = z; 1: y = x).
+      beta2: second-moment EMA rate in [0, 1).
+      eps: > 0, added after the square root.
+      warmup_steps, r, weight_lr_power, schedule: as :class:`ScheduleFreeSGD`.
+      weight_decay: lambda >= 0, decoupled, scaled by gamma_t, taken at y (or at z with decay_at_z=True).
+
+    State: z, x (= y0 at init), v (zeros) like the params; global :class:`SFGlobal`. float32 stays float32.
+    Raises: ValueError for negative or non-finite lr, r, weight_lr_power, weight_decay, eps <= 0, beta1
+      outside [0, 1], beta2 outside [0, 1), a bad warmup_steps or schedule.
+    """
+
+    lr: float = 0.0025
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    r: float = 0.0
+    weight_lr_power: float = 2.0
+    weight_decay: float = 0.0
+    decay_at_z: bool = False
+    schedule: Callable[[int], float] | None = None
+
+    def __post_init__(self):
+        self._check_common()
+        b1 = _checks.finite_number("beta1", self.beta1)
+        if not 0.0 <= b1 <= 1.0:
+            raise ValueError(f"beta1 must be in [0, 1], got {self.beta1!r}")
+        _checks.unit_interval("beta2", self.beta2)
+        _checks.positive("eps", self.eps)
+        if not isinstance(self.decay_at_z, bool):
+            raise ValueError(f"decay_at_z must be a bool, got {self.decay_at_z!r}")
+
+    def init_leaf(self, x, path):
+        return SFAdamWState(np.array(x, order="C", copy=True), np.array(x, order="C", copy=True),
+                            np.zeros(x.shape, x.dtype))
+
+    def context(self, t, glob):
+        lr, c, glob = self._averaging(t, glob)
+        return SFContext(t, lr, c, 1.0 - self.beta2 ** t), glob
+
+    def update_leaf(self, ctx, s, x, g, path):
+        d = x.dtype.type
+        _sf_adamw_kernel(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.z.reshape(-1), s.x.reshape(-1),
+                         s.v.reshape(-1), self.weight_decay != 0, self.decay_at_z, d(ctx.lr * self.weight_decay),
+                         d(self.beta2), d(1.0 - self.beta2), d(ctx.bc2), d(self.eps), d(-ctx.lr),
+                         d(1.0 - ctx.c), d(ctx.c), d(self.beta1), d(1.0 - self.beta1))
+        return x, s
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kernels (flat arrays; y is the params array, written last). The operation order is the reference's
+# torch calls: sub_(g, alpha=lr) -> z - lr*g; mul_(1-c).add_(z, alpha=c) -> x*(1-c) + c*z; ...
+
+
+def _sf_sgd(y, g, z, x, use_wd, wd, lr, omc, c, beta, ombeta):
+    for i in numba.prange(y.size):
+        gi = g[i]
+        if use_wd:
+            gi = gi + wd * y[i]
+        zi = z[i] - lr * gi
+        xi = x[i] * omc + c * zi
+        z[i] = zi
+        x[i] = xi
+        y[i] = xi * beta + ombeta * zi
+
+
+def _sf_adamw(y, g, z, x, v, use_wd, decay_at_z, lr_wd, b2, omb2, bc2, eps, neg_lr, omc, c, beta1, ombeta1):
+    for i in numba.prange(y.size):
+        gi = g[i]
+        zi = z[i]
+        if use_wd:
+            zi = zi - lr_wd * (zi if decay_at_z else y[i])
+        vi = v[i] * b2 + omb2 * gi * gi
+        denom = np.sqrt(vi / bc2) + eps
+        zi = zi + neg_lr * gi / denom
+        xi = x[i] * omc + c * zi
+        v[i] = vi
+        z[i] = zi
+        x[i] = xi
+        y[i] = xi * beta1 + ombeta1 * zi
+
+
+_sf_sgd_kernel = elementwise(_sf_sgd)
+_sf_adamw_kernel = elementwise(_sf_adamw)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Plain-numpy twins (the kernels' spec; the tests use their own independent oracle).
+
+def sf_sgd_reference(y, g, z, x, ctx: SFContext, rule: ScheduleFreeSGD):
+    """One step on copies: returns (y_new, z_new, x_new)."""
+    d = y.dtype.type
+    if rule.weight_decay != 0:
+        g = g + d(rule.weight_decay) * y
+    z = z - d(ctx.lr) * g
+    x = x * d(1.0 - ctx.c) + d(ctx.c) * z
+    return x * d(rule.beta) + d(1.0 - rule.beta) * z, z, x
+
+
+def sf_adamw_reference(y, g, z, x, v, ctx: SFContext, rule: ScheduleFreeAdamW):
+    """One step on copies: returns (y_new, z_new, x_new, v_new)."""
+    d = y.dtype.type
+    if rule.weight_decay != 0:
+        z = z - d(ctx.lr * rule.weight_decay) * (z if rule.decay_at_z else y)
+    v = v * d(rule.beta2) + d(1.0 - rule.beta2) * g * g
+    denom = np.sqrt(v / d(ctx.bc2)) + d(rule.eps)
+    z = z + d(-ctx.lr) * g / denom
+    x = x * d(1.0 - ctx.c) + d(ctx.c) * z
+    return x * d(rule.beta1) + d(1.0 - rule.beta1) * z, z, x, v

@@ -1,0 +1,239 @@
+"""Pytrees: nested dict / list / tuple / NamedTuple containers with array leaves.
+
+This is the only module that knows how containers nest. Everything that walks params, grads or
+optimizer states goes through :func:`flatten` / :func:`unflatten` (or :func:`tree_map`, built on them).
+
+Conventions
+-----------
+* Containers: ``dict`` (keys visited in sorted order, so two dicts with the same keys always flatten the
+  same way), ``list``, ``tuple`` and ``NamedTuple`` (fields in declaration order). ``None`` is an empty
+  container (no leaves). Everything else is a leaf; a bare ``ndarray`` is a tree of one leaf.
+* Paths name a leaf the way Python would reach it: dict key ``k`` -> ``.k`` (or ``['k']`` when ``k`` is
+  not an identifier), sequence index ``i`` -> ``[i]``, NamedTuple field ``f`` -> ``.f``. The leading dot is
+  dropped, so ``{"layers": [{"w": W}]}`` names ``W`` as ``layers[0].w``. The root leaf's path is ``<root>``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+ROOT = "<root>"
+
+
+def _is_namedtuple(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+class TreeDef(NamedTuple):
+    """The shape of a tree without its leaves: ``kind`` is 'leaf', 'none', 'dict', 'list', 'tuple' or
+    'namedtuple'; ``meta`` the dict keys / NamedTuple type; ``children`` the sub-definitions."""
+
+    kind: str
+    meta: Any
+    children: tuple
+
+    def __str__(self) -> str:  # compact, for error messages
+        if self.kind == "leaf":
+            return "*"
+        if self.kind == "none":
+            return "None"
+        inner = ", ".join(str(c) for c in self.children)
+        if self.kind == "dict":
+            inner = ", ".join(f"{k!r}: {c}" for k, c in zip(self.meta, self.children))
+            return "{" + inner + "}"
+        if self.kind == "list":
+            return "[" + inner + "]"
+        if self.kind == "namedtuple":
+            return f"{self.meta.__name__}({inner})"
+        return "(" + inner + ("," if len(self.children) == 1 else "") + ")"
+
+
+def _key_path(prefix: str, key: Any) -> str:
+    if isinstance(key, str):
+        return f"{prefix}.{key}" if key.isidentifier() else f"{prefix}[{key!r}]"
+    return f"{prefix}[{key!r}]"
+
+
+def _children(node: Any) -> tuple[str, Any, list[tuple[Any, Any]]]:
+    """(kind, meta, [(key, child), ...]) for a container node."""
+    if node is None:
+        return "none", None, []
+    if isinstance(node, dict):
+        keys = sorted(node, key=lambda k: (type(k).__name__, k))
+        return "dict", tuple(keys), [(k, node[k]) for k in keys]
+    if _is_namedtuple(node):
+        return "namedtuple", type(node), [(f, getattr(node, f)) for f in node._fields]
+    if isinstance(node, list):
+        return "list", None, list(enumerate(node))
+    if isinstance(node, tuple):
+        return "tuple", None, list(enumerate(node))
+    return "leaf", None, []
+
+
+def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list, list[str], TreeDef]:
+    """Flatten ``tree`` into ``(leaves, paths, treedef)`` in a fixed depth-first order.
+
+    ``is_leaf(node) -> bool`` may stop the descent early (e.g. to treat per-leaf state NamedTuples as
+    leaves). The walk recurses once per level of container nesting (a handful for real models).
+    """
+    leaves: list = []
+    paths: list[str] = []
+
+    def build(node: Any, path: str) -> TreeDef:
+        if is_leaf is not None and is_leaf(node):
+            leaves.append(node)
+            paths.append(path or ROOT)
+            return TreeDef("leaf", None, ())
+        kind, meta, items = _children(node)
+        if kind == "leaf":
+            leaves.append(node)
+            paths.append(path or ROOT)
+            return TreeDef("leaf", None, ())
+        kids = tuple(build(child, _key_path(path, key)) for key, child in items)
+        return TreeDef(kind, meta, kids)
+
+    treedef = build(tree, "")
+    paths = [p[1:] if p.startswith(".") else p for p in paths]
+    return leaves, paths, treedef
+
+
+def leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
+    """The leaves of ``tree`` in flatten order."""
+    return flatten(tree, is_leaf)[0]
+
+
+def paths(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[str]:
+    """The leaf paths of ``tree`` (e.g. ``layers[1].w``) in flatten order."""
+    return flatten(tree, is_leaf)[1]
+
+
+def structure(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> TreeDef:
+    """The :class:`TreeDef` of ``tree``."""
+    return flatten(tree, is_leaf)[2]
+
+
+def unflatten(treedef: TreeDef, leaves_: list) -> Any:
+    """Rebuild a tree of shape ``treedef`` from ``leaves_`` (in flatten order)."""
+    it = iter(leaves_)
+
+    def build(d: TreeDef) -> Any:
+        if d.kind == "leaf":
+            return next(it)
+        if d.kind == "none":
+            return None
+        kids = [build(c) for c in d.children]
+        if d.kind == "dict":
+            return dict(zip(d.meta, kids))
+        if d.kind == "namedtuple":
+            return d.meta(*kids)
+        if d.kind == "list":
+            return kids
+        return tuple(kids)
+
+    out = build(treedef)
+    if next(it, _SENTINEL) is not _SENTINEL:
+        raise ValueError("unflatten: more leaves than the tree definition holds")
+    return out
+
+
+_SENTINEL = object()
+
+
+def tree_map(f: Callable, tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None) -> Any:
+    """``f`` applied leafwise to ``tree`` and the trees in ``rest`` (which must share its structure).
+
+    Raises:
+      ValueError: a tree in ``rest`` differs in structure; the message names the first differing path.
+    """
+    lv, pth, td = flatten(tree, is_leaf)
+    others = []
+    for r in rest:
+        check_same_structure(tree, r, names=("tree", "other"), is_leaf=is_leaf)
+        others.append(flatten(r, is_leaf)[0])
+    return unflatten(td, [f(*args) for args in zip(lv, *others)])
+
+
+def first_difference(a: TreeDef, b: TreeDef, path: str = "") -> str | None:
+    """Path of the first node where two tree definitions differ, with what differs; None if equal."""
+    if a.kind != b.kind or (a.kind == "namedtuple" and a.meta is not b.meta):
+        wa = a.meta.__name__ if a.kind == "namedtuple" else a.kind
+        wb = b.meta.__name__ if b.kind == "namedtuple" else b.kind
+        return f"{path.lstrip('.') or ROOT}: {wa} vs {wb}"
+    if a.kind == "dict" and a.meta != b.meta:
+        missing = sorted(set(a.meta) - set(b.meta), key=repr)
+        extra = sorted(set(b.meta) - set(a.meta), key=repr)
+        return f"{path.lstrip('.') or ROOT}: keys differ (only in first: {missing}, only in second: {extra})"
+    if len(a.children) != len(b.children):
+        return f"{path.lstrip('.') or ROOT}: length {len(a.children)} vs {len(b.children)}"
+    keys = a.meta if a.kind == "dict" else (a.meta._fields if a.kind == "namedtuple" else range(len(a.children)))
+    for k, ca, cb in zip(keys, a.children, b.children):
+        d = first_difference(ca, cb, _key_path(path, k))
+        if d is not None:
+            return d
+    return None
+
+
+def check_same_structure(a: Any, b: Any, names: tuple[str, str] = ("params", "grads"),
+                         is_leaf: Callable[[Any], bool] | None = None) -> None:
+    """Raise ``ValueError`` naming the first differing path if ``a`` and ``b`` differ in structure."""
+    _check_defs(structure(a, is_leaf), structure(b, is_leaf), names)
+
+
+def _check_defs(da: TreeDef, db: TreeDef, names: tuple[str, str]) -> None:
+    if da != db:
+        raise ValueError(f"{names[0]} and {names[1]} trees differ at {first_difference(da, db)}")
+
+
+def check_like(params: Any, grads: Any, names: tuple[str, str] = ("params", "grads")) -> tuple[list, list, list, TreeDef]:
+    """Check that ``grads`` matches ``params`` leaf by leaf: same structure, ndarray leaves of the same
+    shape and dtype, floating point. Raises ``ValueError`` (``TypeError`` for non-array leaves) naming
+    the offending leaf path, e.g. ``layers[1].w``. Returns ``(param_leaves, grad_leaves, paths, treedef)``."""
+    lp, paths_, dp = flatten(params)
+    lg, _, dg = flatten(grads)
+    _check_defs(dp, dg, names)
+    for path, p, g in zip(paths_, lp, lg):
+        for name, a in zip(names, (p, g)):
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"{name} leaf {path} is a {type(a).__name__}, expected a numpy ndarray")
+        if p.dtype.kind != "f":
+            raise TypeError(f"{names[0]} leaf {path} has dtype {p.dtype}; optimizers need float32 or float64")
+        if p.shape != g.shape:
+            raise ValueError(f"shape mismatch at {path}: {names[0]} {p.shape} vs {names[1]} {g.shape}")
+        if p.dtype != g.dtype:
+            raise ValueError(f"dtype mismatch at {path}: {names[0]} {p.dtype} vs {names[1]} {g.dtype}")
+    return lp, lg, paths_, dp
+
+
+def zeros_like(tree: Any) -> Any:
+    """A tree of zero arrays shaped like ``tree``."""
+    return tree_map(np.zeros_like, tree)
+
+
+def copy(tree: Any) -> Any:
+    """A tree of fresh copies of the leaves of ``tree`` (containers rebuilt, arrays copied)."""
+    return tree_map(lambda a: np.array(a, copy=True) if isinstance(a, np.ndarray) else a, tree)
+
+
+def flatten_up_to(treedef: TreeDef, tree: Any, name: str = "state") -> list:
+    """The subtrees of ``tree`` sitting at the leaf positions of ``treedef``, in flatten order.
+
+    Used to pair each parameter leaf with its per-leaf optimizer state (a NamedTuple). Raises
+    ``ValueError`` naming the first path where ``tree`` does not have ``treedef``'s containers.
+    """
+    out: list = []
+
+    def walk(d: TreeDef, node: Any, path: str) -> None:
+        if d.kind == "leaf":
+            out.append(node)
+            return
+        kind, meta, items = _children(node)
+        if kind != d.kind or (kind == "namedtuple" and meta is not d.meta) or len(items) != len(d.children) \
+                or (kind == "dict" and meta != d.meta):
+            raise ValueError(f"{name} tree does not match params at {path.lstrip('.') or ROOT}: "
+                             f"expected {d}, got {type(node).__name__}")
+        for (key, child), cd in zip(items, d.children):
+            walk(cd, child, _key_path(path, key))
+
+    walk(treedef, tree, "")
+    return out
