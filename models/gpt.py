@@ -201,8 +201,9 @@ def _attention(p: dict, h, config: GPTConfig):
 def _ffn(p: dict, h, config: GPTConfig):
     if config.ffn == "gelu":
         return ag.gelu(h @ p["w_up"]) @ p["w_down"]
-    gate = ag.silu if config.ffn == "swiglu" else ag.relu
-    return (gate(h @ p["w_gate"]) * (h @ p["w_up"])) @ p["w_down"]
+    if config.ffn == "swiglu":
+        return ag.swiglu(h @ p["w_gate"], h @ p["w_up"]) @ p["w_down"]   # silu(h W_gate) * (h W_up), fused
+    return (ag.relu(h @ p["w_gate"]) * (h @ p["w_up"])) @ p["w_down"]
 
 
 def apply(params: dict, idx, config: GPTConfig):

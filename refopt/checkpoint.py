@@ -41,7 +41,6 @@ import collections
 import dataclasses
 import hashlib
 import importlib
-import io
 import json
 import os
 import tempfile
@@ -89,15 +88,18 @@ def _resolve(module: str, qualname: str) -> Any:
     """The object ``module.qualname``, importing ``module`` only if it belongs to the refopt package."""
     if not isinstance(module, str) or not isinstance(qualname, str) or not _in_refopt(module):
         raise CheckpointError(f"refusing to import {module}.{qualname}: only refopt objects are rebuilt")
-    if "<locals>" in qualname:
-        raise CheckpointError(f"cannot rebuild the local object {module}.{qualname}")
+    if "<locals>" in qualname or any(p.startswith("__") for p in qualname.split(".")):
+        raise CheckpointError(f"cannot rebuild the object {module}.{qualname}")
     try:
         obj = importlib.import_module(module)
         for part in qualname.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
+    except (ImportError, AttributeError, ValueError, TypeError) as e:
         raise CheckpointError(f"unknown refopt object {module}.{qualname} ({e}); "
                               f"saved by another refopt version?") from None
+    # it must be *defined* there, not merely reachable (refopt.checkpoint.os._exit is not a refopt object)
+    if getattr(obj, "__module__", None) != module or getattr(obj, "__qualname__", None) != qualname:
+        raise CheckpointError(f"refusing {module}.{qualname}: it is not defined in the refopt package")
     return obj
 
 
@@ -237,7 +239,7 @@ def _decode_treedef(e: Any, types_: dict) -> T.TreeDef:
 
 def _sha256(a: np.ndarray) -> str:
     """sha256 of the array's C-order bytes (dtype and shape are checked separately)."""
-    return hashlib.sha256(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data).hexdigest()
+    return hashlib.sha256(np.asarray(a, order="C").reshape(-1).view(np.uint8).data).hexdigest()
 
 
 def _encode_tree(tree: Any, prefix: str, arrays: dict) -> dict:
@@ -251,7 +253,7 @@ def _encode_tree(tree: Any, prefix: str, arrays: dict) -> dict:
                 raise CheckpointError(f"cannot store {key}: dtype {a.dtype} (numeric arrays only)")
             if key in arrays:
                 raise CheckpointError(f"two leaves share the name {key}")
-            a = np.ascontiguousarray(a)
+            a = np.asarray(a, order="C")
             arrays[key] = a
             kind = "npscalar" if isinstance(leaf, np.generic) else "array"
             recs.append({"kind": kind, "key": key, "dtype": a.dtype.str, "shape": list(a.shape),
@@ -430,19 +432,16 @@ def load(path: str | os.PathLike, rule: Rule | None = None,
 def _read_array(z: zipfile.ZipFile, rec: dict, path) -> np.ndarray:
     key = rec["key"]
     try:
-        raw = z.read(key + ".npy")
+        with z.open(key + ".npy") as m:           # streamed: no second copy of the bytes in memory
+            a = np.lib.format.read_array(m, allow_pickle=False)
+            m.read()                              # reach the end so that the zip CRC is checked
     except KeyError:
         raise CheckpointError(f"{path}: the array {key} is missing") from None
-    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as e:
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as e:
         raise CheckpointError(f"{path}: the array {key} is unreadable (truncated or corrupted?): {e}") from None
-    try:
-        a = np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
-    except (ValueError, EOFError, OSError) as e:
-        raise CheckpointError(f"{path}: the array {key} is unreadable: {e}") from None
     if a.dtype.str != rec["dtype"] or list(a.shape) != list(rec["shape"]):
         raise CheckpointError(f"{path}: the array {key} is {a.dtype.str}{list(a.shape)}, the metadata says "
                               f"{rec['dtype']}{rec['shape']}")
     if _sha256(a) != rec["sha256"]:
         raise CheckpointError(f"{path}: sha256 mismatch for {key} (the file is corrupted)")
-    return np.require(a, requirements=["C", "W", "O"])
-
+    return np.require(a, requirements=["C", "W"])

@@ -62,6 +62,9 @@ class Rule:
     def init_global(self) -> Any:
         return None
 
+    def check_params(self, paths: list[str]) -> None:
+        """Whole-tree check before the per-leaf init (default: nothing; Partition checks its labels)."""
+
     def context(self, t: int, glob: Any) -> tuple[Any, Any]:
         return t, glob
 
@@ -108,7 +111,9 @@ def init(rule: Rule, params: Any) -> OptState:
       ValueError: the rule cannot take a leaf (e.g. Muon on a 1-D array); the message names the path.
     """
     xs, _, paths, td = T.check_like(params, params, names=("params", "params"))
-    leaves = [rule.init_leaf(x, p) for x, p in zip(xs, paths)]
+    rule.check_params(paths)
+    # rules see C-contiguous arrays, so the state arrays they create are C-contiguous too
+    leaves = [rule.init_leaf(np.ascontiguousarray(x), p) for x, p in zip(xs, paths)]
     return OptState(0, rule.init_global(), T.unflatten(td, leaves))
 
 

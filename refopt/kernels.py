@@ -12,6 +12,8 @@ module holds what they share:
 """
 from __future__ import annotations
 
+import types
+
 import numba
 import numpy as np
 
@@ -26,7 +28,12 @@ def elementwise(fn):
     decides the version. Both versions run identical arithmetic per element.
     """
     serial = numba.njit(cache=True)(fn)
-    parallel = numba.njit(cache=True, parallel=True)(fn)
+    # numba names its on-disk cache after the function and ignores the ``parallel`` flag, so the parallel
+    # version is compiled from a renamed copy; otherwise whichever compiled first would serve both.
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_parallel", fn.__defaults__,
+                              fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + "_parallel"
+    parallel = numba.njit(cache=True, parallel=True)(twin)
 
     def call(first, *args):
         kernel = parallel if first.size >= PARALLEL_MIN_SIZE else serial

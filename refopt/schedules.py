@@ -164,8 +164,10 @@ class ELR(Schedule):
     Seed 000 derives ELR_t = eta_t ||u_t||_RMS / ||w_t||_RMS proportional to (1 - t/T)/sqrt(1 - c0 e^{-c1 t})
     for AdamW with eta_t = eta0 (1 - t/T) and decoupled decay lambda; the factor sqrt(1 - c0) normalises
     the curve to 1 at the virtual step t = 0 (the start of the linear decay), so gamma_T = 0 exactly and,
-    for c0 > 0 (small init), gamma_t < 1 - t/T: a high start, a fast early drop, then nearly linear. Use it as the schedule of a rule whose ``lr`` *is* the effective learning rate
-    (:class:`refopt.rules.covariant.Covariant`, Hyperball) to reproduce AdamW's implied ELR trajectory.
+    for c0 > 0 (small init), gamma_t < 1 - t/T: a high start, a fast early drop, then nearly linear. For
+    c0 < 0 (large init) the curve lies above 1 - t/T and may exceed 1 early on. Use it as the schedule of
+    a rule whose ``lr`` *is* the effective learning rate (the covariant rule of seed 000, eq. (elr-u), or
+    Hyperball) to follow AdamW's implied ELR trajectory.
 
     Args:
       total_steps: T >= 1.

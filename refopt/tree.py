@@ -211,8 +211,8 @@ def zeros_like(tree: Any) -> Any:
 
 
 def copy(tree: Any) -> Any:
-    """A tree of fresh copies of the leaves of ``tree`` (containers rebuilt, arrays copied)."""
-    return tree_map(lambda a: np.array(a, copy=True) if isinstance(a, np.ndarray) else a, tree)
+    """A tree of fresh C-contiguous copies of the leaves of ``tree`` (containers rebuilt, arrays copied)."""
+    return tree_map(lambda a: np.array(a, order="C", copy=True) if isinstance(a, np.ndarray) else a, tree)
 
 
 def flatten_up_to(treedef: TreeDef, tree: Any, name: str = "state") -> list:

@@ -374,3 +374,38 @@ def test_check_grads_catches_a_wrong_vjp():
         check_grads(f, p)
     errs = check_grads_per_leaf(f, p, rtol=np.inf)
     assert errs["ok"] < 1e-8 and errs["layers[0].w"] > 1e-3
+
+
+# ---- fused kernels (numba) against their NumPy references, float32 and float64 -----------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernels_match_references(dtype):
+    from refopt.autograd import _kernels as K
+    r = _rng(20)
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    S = (r.standard_normal((3, 2, 6, 6)) * 4).astype(dtype)
+    P = K.causal_softmax_(S.copy(), 0.3)
+    assert P.dtype == dtype
+    np.testing.assert_allclose(P, K.causal_softmax_reference(S, 0.3), rtol=tol, atol=tol)
+    assert np.all(P[..., np.triu(np.ones((6, 6), bool), 1)] == 0)
+    dP = r.standard_normal(S.shape).astype(dtype)
+    dS = K.causal_softmax_vjp_(P, dP.copy(), 0.3)
+    np.testing.assert_allclose(dS, K.causal_softmax_vjp_reference(P, dP, 0.3), rtol=tol, atol=tol)
+    a = np.concatenate([r.standard_normal(20) * 3, [-1e4, -100.0, 0.0, 100.0, 1e4]]).astype(dtype)
+    u = r.standard_normal(a.shape).astype(dtype)
+    h, s = K.swiglu(a, u)
+    hr, sr = K.swiglu_reference(a, u)
+    assert h.dtype == dtype and np.all(np.isfinite(h))
+    np.testing.assert_allclose(h, hr, rtol=tol * 10, atol=tol)
+    g = r.standard_normal(a.shape).astype(dtype)
+    for x, y in zip(K.swiglu_vjp(g, a, u, s), K.swiglu_vjp_reference(g, a, u, sr)):
+        assert x.dtype == dtype
+        np.testing.assert_allclose(x, y, rtol=tol * 10, atol=tol)
+
+
+def test_swiglu_fd_and_value():
+    r = _rng(21)
+    a, u = r.standard_normal((3, 4)) * 2, r.standard_normal((3, 4))
+    assert_vjp(lambda a, u: ag.swiglu(a, u), {"a": a, "u": u})
+    np.testing.assert_allclose(ag.swiglu(a, u), ag.silu(a) * u, rtol=1e-14)
+    with pytest.raises(ValueError, match="same shape"):
+        ag.swiglu(a, u[:, :2])

@@ -1,4 +1,4 @@
-"""Fused primitives for networks: softmax, log_softmax, cross_entropy, rms_norm, embedding, attention.
+"""Fused primitives for networks: softmax, log_softmax, cross_entropy, rms_norm, embedding, attention, swiglu.
 
 Each is one primitive with a hand-written VJP (STYLE.md sections 3.2-3.3), faster and more stable than
 composing the pointwise ops, and each has its own finite-difference test. Like every primitive they
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _kernels
 from .core import Node
 
 
@@ -143,24 +144,14 @@ def embedding(table, ids):
     return Node(out, (table,), vjp)
 
 
-_MASKS: dict[int, np.ndarray] = {}
-
-
-def _causal_mask(T: int) -> np.ndarray:
-    """(T, T) bool, True where key position j > query position i (the future, to be removed)."""
-    m = _MASKS.get(T)
-    if m is None:
-        m = _MASKS[T] = np.triu(np.ones((T, T), bool), k=1)
-    return m
-
-
 def attention(q, k, v, causal: bool = True, scale: float | None = None):
     """Scaled dot-product attention, one primitive over (B, H, T, hs) arrays (batch and heads batched).
 
         S = scale * q k^T  (B, H, T, T),  S_ij = -inf for j > i when causal,  P = softmax(S),  out = P v
 
-    The mask is a selection to -inf, not a finite fill, so future keys get probability exactly 0 and
-    nothing leaks (PITFALLS.md B24); each causal row keeps its diagonal, so no row is NaN.
+    The causal mask is a selection: the fused kernel (``_kernels.causal_softmax_``) normalises each row
+    over keys j <= i only and writes P = 0 for j > i, never a finite fill, so nothing leaks (PITFALLS.md
+    B24); every causal row keeps its diagonal, so no row is NaN.
     ``scale`` defaults to 1/sqrt(hs). VJP (llm.c ``attention_backward``): dv = P^T dO, dP = dO v^T,
     dS = P * (dP - rowsum(dP * P)), dq = scale dS k, dk = scale dS^T q.
     Shapes: q, k (..., Tq, hs), v (..., Tk, hv); causal requires Tq == Tk. Returns (..., Tq, hv).
@@ -174,12 +165,13 @@ def attention(q, k, v, causal: bool = True, scale: float | None = None):
     dt = qv.dtype.type
     s = dt(1 / np.sqrt(qv.shape[-1]) if scale is None else scale)
     S = qv @ np.swapaxes(kv, -1, -2)
-    S *= s
-    if causal:
-        S[..., _causal_mask(T)] = -np.inf
-    S -= np.max(S, axis=-1, keepdims=True)
-    P = np.exp(S, out=S)
-    P /= np.sum(P, axis=-1, keepdims=True)
+    if causal:  # S is a fresh C-contiguous array: softmax in place over keys j <= i, P = 0 for j > i
+        P = _kernels.causal_softmax_(S, s)
+    else:
+        S *= s
+        S -= np.max(S, axis=-1, keepdims=True)
+        P = np.exp(S, out=S)
+        P /= np.sum(P, axis=-1, keepdims=True)
     out = P @ vv
     if not any(isinstance(a, Node) for a in (q, k, v)):
         return out
@@ -187,10 +179,34 @@ def attention(q, k, v, causal: bool = True, scale: float | None = None):
     def vjp(g):
         dv = np.swapaxes(P, -1, -2) @ g if isinstance(v, Node) else None
         dP = g @ np.swapaxes(vv, -1, -2)
-        dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True))
-        dS *= s
+        if causal:
+            dS = _kernels.causal_softmax_vjp_(P, dP, s)
+        else:
+            dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True))
+            dS *= s
         dq = dS @ kv if isinstance(q, Node) else None
         dk = np.swapaxes(dS, -1, -2) @ qv if isinstance(k, Node) else None
         return dq, dk, dv
 
     return Node(out, (q, k, v), vjp)
+
+
+def swiglu(a, u):
+    """The SwiGLU gate h = silu(a) * u = a * sigma(a) * u (Shazeer 2020, arXiv:2002.05202), fused.
+
+    VJP: da = g * u * sigma(a) * (1 + a * (1 - sigma(a))), du = g * a * sigma(a).
+    Shapes: a and u of the same shape (no broadcasting). Raises ValueError otherwise.
+    """
+    av = a.value if isinstance(a, Node) else np.asarray(a)
+    uv = u.value if isinstance(u, Node) else np.asarray(u, dtype=av.dtype)
+    if av.shape != uv.shape:
+        raise ValueError(f"swiglu: gate {av.shape} and up {uv.shape} projections must have the same shape")
+    h, sig = _kernels.swiglu(av, uv)
+    if not (isinstance(a, Node) or isinstance(u, Node)):
+        return h
+
+    def vjp(g):
+        da, du = _kernels.swiglu_vjp(g, av, uv, sig)
+        return (da if isinstance(a, Node) else None), (du if isinstance(u, Node) else None)
+
+    return Node(h, (a, u), vjp)

@@ -108,6 +108,13 @@ def power(a, p):
     return Node(x ** pc, (a,), lambda g: (g * (pc * x ** (pc - 1)),))
 
 
+def _mm(A, B):
+    """A @ B; a stack of rows times one matrix runs as a single 2-D GEMM (faster than a batch loop)."""
+    if B.ndim == 2 and A.ndim > 2:
+        return (A.reshape(-1, A.shape[-1]) @ B).reshape(A.shape[:-1] + (B.shape[-1],))
+    return A @ B
+
+
 def matmul(a, b):
     """a @ b with NumPy semantics: 1-D operands are promoted, leading (batch) axes broadcast.
 
@@ -116,11 +123,15 @@ def matmul(a, b):
     Shapes: a (..., M, K) or (K,), b (..., K, N) or (K,).
     """
     x, y, na, nb = _binary_values(a, b)
-    out = x @ y
-    if not (na or nb):
-        return out
     A = x[None, :] if x.ndim == 1 else x
     B = y[:, None] if y.ndim == 1 else y
+    out = _mm(A, B)
+    if y.ndim == 1:
+        out = out[..., 0]
+    if x.ndim == 1:
+        out = out[..., 0, :] if y.ndim > 1 else out[..., 0]
+    if not (na or nb):
+        return out
 
     def vjp(g):
         g2 = g
@@ -130,7 +141,7 @@ def matmul(a, b):
             g2 = g2[..., None, :]
         ga = gb = None
         if na:
-            ga = _fit(g2 @ np.swapaxes(B, -1, -2), A).reshape(x.shape)
+            ga = _fit(_mm(g2, np.swapaxes(B, -1, -2)), A).reshape(x.shape)
         if nb:
             if B.ndim == 2 and A.ndim > 2:
                 gb = A.reshape(-1, A.shape[-1]).T @ g2.reshape(-1, g2.shape[-1])

@@ -1,8 +1,10 @@
 """What ``refopt train`` can train: a task = model + data + batching + evaluation.
 
-``MLPTask``: the MLP of ``models.mlp`` on scikit-learn's 8x8 digits. (``GPTTask`` follows.)
-A task's batches come from the ``numpy.random.Generator`` the trainer passes in, so the data order
-depends only on the seed.
+``MLPTask``: the MLP of ``models.mlp`` on scikit-learn's 8x8 digits. ``GPTTask``: the GPT of
+``models.gpt`` on a character-level corpus (default: CPython's ``pydoc_data.topics``).
+
+Batches are a pure function of ``(seed, step)``, so a run resumed from a checkpoint at step k sees the
+same data as the uninterrupted run.
 """
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ import numpy as np
 class MLPTask:
     """Digits classification with the reference MLP.
 
-    Batches: each epoch is a fresh permutation of the training set from the trainer's Generator,
-    cut into ``batch_size`` pieces (the last, shorter piece is dropped).
+    Batches: epoch e (0-based) is the permutation ``default_rng([seed, e]).permutation(n_train)``, cut into
+    ``batch_size`` pieces (a last, shorter piece is dropped); step s takes piece (s-1) mod steps_per_epoch.
     """
 
     name = "mlp"
@@ -31,12 +33,19 @@ class MLPTask:
         if not 1 <= self.batch_size <= n:
             raise ValueError(f"--batch-size must be in [1, {n}] for the digits training set, got {self.batch_size}")
         self.steps_per_epoch = n // self.batch_size
-        self._queue: list[np.ndarray] = []
+        self._perm: tuple[int, np.ndarray] | None = None
 
     def describe(self) -> dict:
         d = self.data
         return {"model": "mlp", "sizes": self.sizes, "data": "sklearn digits 8x8 (UCI optdigits)",
                 "data_sha256": d.sha256, "n_train": len(d.y_train), "n_test": len(d.y_test)}
+
+    def labels(self, params):
+        """Which arrays are the 'hidden' matrices for Muon-like rules: every weight matrix but the head
+        (the input layer counts as hidden here, so the default one-hidden-layer MLP has one)."""
+        from refopt import mlp_labels
+
+        return mlp_labels(params, first="hidden")
 
     def init_params(self, seed: int):
         return self.mlp.init(seed, self.sizes, dtype=self.dtype)
@@ -44,12 +53,11 @@ class MLPTask:
     def loss(self, params, x, y):
         return self.mlp.loss(params, x, y)
 
-    def batch(self, rng: np.random.Generator):
-        if not self._queue:
-            perm = rng.permutation(len(self.data.y_train))
-            self._queue = [perm[i * self.batch_size:(i + 1) * self.batch_size]
-                           for i in range(self.steps_per_epoch)][::-1]
-        idx = self._queue.pop()
+    def batch(self, seed: int, step: int):
+        epoch, piece = divmod(step - 1, self.steps_per_epoch)
+        if self._perm is None or self._perm[0] != epoch:
+            self._perm = (epoch, np.random.default_rng([seed, epoch]).permutation(len(self.data.y_train)))
+        idx = self._perm[1][piece * self.batch_size:(piece + 1) * self.batch_size]
         return self.data.x_train[idx], self.data.y_train[idx]
 
     def _split_metrics(self, params, x, y) -> tuple[float, float]:
@@ -67,9 +75,86 @@ class MLPTask:
         return {"train_loss": tr_loss, "train_acc": tr_acc, "test_loss": te_loss, "test_acc": te_acc}
 
     def periodic_eval(self, params) -> dict:
-        """Cheap metrics logged every --eval-interval steps."""
+        """Metrics logged every --eval-interval steps (the test split doubles as validation here)."""
         loss, acc = self._split_metrics(params, self.data.x_test, self.data.y_test)
         return {"val_loss": loss, "val_acc": acc}
 
     def finish(self, params, out_dir: str, seed: int) -> dict:
         return {}
+
+
+class GPTTask:
+    """Character-level language modelling with the reference GPT.
+
+    Data: the corpus of ``--data`` (default ``pydoc_data.topics``), encoded with its sorted character
+    vocabulary, split 90 % train / 10 % validation (the end of the text). Training batch of step s:
+    ``get_batch(train, T, B, default_rng([seed, s]))``. Validation loss: the mean over ``--eval-batches``
+    fixed batches drawn once from ``default_rng(12345)`` (the same for every run and seed).
+    """
+
+    name = "gpt"
+    EVAL_SEED = 12345
+
+    def __init__(self, args, dtype):
+        from models import gpt
+        from models.data import CharVocab, get_batch, load_text, split_ids
+
+        self.gpt, self.get_batch = gpt, get_batch
+        self.corpus = load_text(args.data)
+        self.vocab = CharVocab(self.corpus.text)
+        ids = self.vocab.encode(self.corpus.text)
+        self.train_ids, self.val_ids = split_ids(ids, 0.1)
+        self.dtype = dtype
+        self.config = gpt.GPTConfig(vocab_size=self.vocab.size, block_size=args.block_size, n_layer=args.n_layer,
+                                    n_head=args.n_head, n_embd=args.n_embd, ffn=args.ffn, qk_norm=args.qk_norm,
+                                    tie_head=not args.untie_head, init=args.init)
+        T = self.config.block_size
+        if len(self.val_ids) < T + 1:
+            raise ValueError(f"the validation part of the text ({len(self.val_ids)} characters) is shorter than "
+                             f"--block-size + 1 = {T + 1}; use a longer text or a smaller --block-size")
+        self.batch_size = args.batch_size
+        self.steps_per_epoch = max(1, len(self.train_ids) // (self.batch_size * T))
+        erng = np.random.default_rng(self.EVAL_SEED)
+        self.eval_batches = [get_batch(self.val_ids, T, self.batch_size, erng) for _ in range(args.eval_batches)]
+        self.sample_chars = args.sample_chars
+
+    def describe(self) -> dict:
+        c = self.corpus
+        return {"model": "gpt", "config": self.config.to_dict(), "num_params": self.gpt.num_params(self.config),
+                "data": c.source, "data_sha256": c.sha256, "python_version": c.python_version,
+                "n_chars": len(c.text), "vocab_size": self.vocab.size,
+                "n_train_tokens": len(self.train_ids), "n_val_tokens": len(self.val_ids)}
+
+    def labels(self, params):
+        from refopt import gpt_labels
+
+        return gpt_labels
+
+    def init_params(self, seed: int):
+        return self.gpt.init(self.config, seed, dtype=self.dtype)
+
+    def loss(self, params, x, y):
+        return self.gpt.loss(params, x, y, self.config)
+
+    def batch(self, seed: int, step: int):
+        return self.get_batch(self.train_ids, self.config.block_size, self.batch_size,
+                              np.random.default_rng([seed, step]))
+
+    def _val_loss(self, params) -> float:
+        return float(np.mean([float(self.gpt.loss(params, x, y, self.config)) for x, y in self.eval_batches]))
+
+    def periodic_eval(self, params) -> dict:
+        return {"val_loss": self._val_loss(params)}
+
+    def evaluate(self, params) -> dict:
+        return {"val_loss": self._val_loss(params)}
+
+    def finish(self, params, out_dir: str, seed: int) -> dict:
+        import os
+
+        prompt = self.vocab.encode(self.corpus.text[:1])[None, :]
+        out = self.gpt.generate(params, prompt, self.sample_chars, temperature=0.8, seed=seed, config=self.config)
+        text = self.vocab.decode(out[0])
+        with open(os.path.join(out_dir, "sample.txt"), "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        return {"sample (temperature 0.8)": text}

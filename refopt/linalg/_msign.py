@@ -8,13 +8,16 @@ K. Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/).
 Newton-Schulz (NS) approximates it with odd quintics applied to the singular values of the normalised
 input X_0 = G / ||G||_F (singular values in (0, 1])::
 
-    A = X X^T;   B = b_k A + c_k A A;   X <- a_k X + B X          (k = 1 .. steps)
+    A = X X^T;   X <- (a_k I + b_k A + c_k A A) X                  (k = 1 .. steps)
 
 which maps every singular value x to p_k(x) = a_k x + b_k x^3 + c_k x^5 and keeps the singular vectors.
+(Peers write the step as a X + (b A + c A A) X; refopt folds a_k into the m x m factor, which saves an
+elementwise pass over X and changes only the rounding.)
 :func:`ns_scalar_map` is that scalar map, so the singular values of the NS output are exactly
 ``ns_scalar_map(s / ||s||_2)`` (up to rounding). NS is approximate: the Jordan quintic does not converge
 to 1 but keeps the singular values in a band (PITFALLS B08: on x in [0.1, 1], five Jordan steps land in
-[0.6818, 1.2024]; :func:`ns_band` computes the band of any schedule).
+[0.6818, 1.2024]; the tight band there is [0.68183, 1.13436], and 1.20237 is the supremum over all of
+(0, 1], reached near x = 0.004; :func:`ns_band` computes the band of any schedule).
 
 Coefficient presets (CONVENTIONS.md section 4):
 
@@ -34,9 +37,11 @@ reproduce optax with an (n, 3) list, pass steps = n).
 Pre-normalisation (``eps_mode``):
 
 * ``'none'`` (default): X_0 = G / (f ||G||_F) with f = ``norm_factor`` (1 by default; Polar Express
-  uses 1.01). ||G||_F is computed without overflow or underflow as ``amax * ||G / amax||_F`` with
-  ``amax = max |G|``. A zero input returns exact zeros. This form is exactly scale invariant:
-  msign(c G) = msign(G) for every c > 0 for which c G neither overflows nor underflows.
+  uses 1.01: the paper's X/(1.01||X||_F + 1e-7) is eps_mode='add', norm_eps=1e-7, norm_factor=1.01).
+  ||G||_F is computed without overflow or underflow as ``amax * ||G / amax||_F`` with
+  ``amax = max |G|``. A zero input returns exact zeros. This form is scale invariant (up to the
+  rounding of c G): msign(c G) = msign(G) for every c > 0 for which c G neither overflows nor underflows.
+  (No "+ eps" in the denominator: it would break the invariance for tiny c.)
 * ``'add'``: X_0 = G / (f ||G||_F + eps) (KellerJordan/Muon eps = 1e-7, optax eps = 1e-8; Moonlight).
 * ``'clamp'``: X_0 = G / max(f ||G||_F, eps) (torch.optim.Muon, eps = 1e-7).
   Both break scale invariance for tiny G; they exist to reproduce those peers exactly.
@@ -168,20 +173,25 @@ def _normalise(G: np.ndarray, eps_mode: str, norm_eps: float, norm_factor: float
 
 
 def _newton_schulz(X: np.ndarray, rows) -> np.ndarray:
-    """Run the NS iteration on a wide (m <= n) C-contiguous X in its dtype; returns the result."""
+    """Run the NS iteration on a wide (m <= n) C-contiguous X in its dtype; returns the result.
+
+    Each step forms the m x m matrix P = a I + b A + c A A and then X <- P X, which is a X + (b A + c A A) X
+    with the a-term folded into the last matmul (no elementwise pass over the m x n array)."""
     d = X.dtype.type
     m = X.shape[0]
     A = np.empty((m, m), X.dtype)
-    B = np.empty((m, m), X.dtype)
+    P = np.empty((m, m), X.dtype)
+    T = np.empty((m, m), X.dtype)
     Y = np.empty_like(X)
+    diag = P.reshape(-1)[::m + 1]                   # a view of P's diagonal
     for a, b, c in rows:
         np.matmul(X, X.T, out=A)     # numpy dispatches X @ X.T to BLAS syrk (exactly symmetric A)
-        np.matmul(A, A, out=B)
-        B *= d(c)
-        B += d(b) * A
-        np.matmul(B, X, out=Y)
-        X *= d(a)
-        Y += X
+        np.matmul(A, A, out=P)
+        P *= d(c)
+        np.multiply(A, d(b), out=T)
+        P += T
+        diag += d(a)
+        np.matmul(P, X, out=Y)
         X, Y = Y, X
     return X
 

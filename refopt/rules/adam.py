@@ -62,19 +62,23 @@ class _AdamBase(Rule):
         bc2 = 1.0 - self.beta2 ** t
         return AdamContext(t, lr_t, lr_t / bc1, math.sqrt(bc2), decay, l2), glob
 
-    def _run(self, c: AdamContext, s, x, g, out):
-        d = x.dtype.type
-        _adam_kernel(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.m.reshape(-1), s.v.reshape(-1),
-                     out.reshape(-1), out is not x,
-                     d(self.beta1), d(1.0 - self.beta1), d(self.beta2), d(1.0 - self.beta2), d(self.eps),
-                     d(c.sqrt_bc2), d(c.step_size), d(c.decay), d(c.l2), d(1.0 / (1.0 - self.beta1 ** c.t)))
-        return out, s
+    def _scalars(self, c: AdamContext, d):
+        return (d(self.beta1), d(1.0 - self.beta1), d(self.beta2), d(1.0 - self.beta2), d(self.eps),
+                d(c.sqrt_bc2), d(c.l2))
 
     def update_leaf(self, ctx, s, x, g, path):
-        return self._run(ctx, s, x, g, x)
+        d = x.dtype.type
+        _adam_step(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.m.reshape(-1), s.v.reshape(-1),
+                   *self._scalars(ctx, d), d(ctx.step_size), d(ctx.decay))
+        return x, s
 
     def direction_leaf(self, ctx, s, x, g, path):
-        return self._run(ctx, s, x, g, np.empty_like(x))
+        d = x.dtype.type
+        u = np.empty(x.shape, x.dtype)
+        _adam_direction(u.reshape(-1), np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(g).reshape(-1),
+                        s.m.reshape(-1), s.v.reshape(-1), *self._scalars(ctx, d),
+                        d(1.0 / (1.0 - self.beta1 ** ctx.t)))
+        return u, s
 
 
 @dataclass(frozen=True)
@@ -138,24 +142,37 @@ class AdamW(_AdamBase):
         return 1.0 - rate * self.weight_decay, 0.0
 
 
-def _adam(x, g, m, v, out, write_u, b1, omb1, b2, omb2, eps, sqrt_bc2, step_size, decay, l2, inv_bc1):
-    """One Adam step over flat arrays, torch's operation order. ``write_u``: store the direction
-    u = (m/bc1) / (sqrt(v)/sqrt_bc2 + eps) in ``out`` and leave x alone."""
+@numba.njit(inline="always")
+def _moments(xi, gi, mi, vi, b1, omb1, b2, omb2, eps, sqrt_bc2, l2):
+    """Adam's per-element moment update: returns (m_t, v_t, sqrt(v_t)/sqrt(1 - beta2**t) + eps)."""
+    gi = gi + l2 * xi
+    mi = b1 * mi + omb1 * gi
+    vi = b2 * vi + omb2 * (gi * gi)
+    return mi, vi, np.sqrt(vi) / sqrt_bc2 + eps
+
+
+def _step(x, g, m, v, b1, omb1, b2, omb2, eps, sqrt_bc2, l2, step_size, decay):
+    """One Adam step over flat arrays in torch's operation order:
+    x <- decay * x - step_size * m_t / (sqrt(v_t)/sqrt(bc2) + eps), with step_size = lr_t / bc1."""
     for i in numba.prange(x.size):
         xi = x[i]
-        gi = g[i] + l2 * xi
-        mi = b1 * m[i] + omb1 * gi
-        vi = b2 * v[i] + omb2 * (gi * gi)
+        mi, vi, denom = _moments(xi, g[i], m[i], v[i], b1, omb1, b2, omb2, eps, sqrt_bc2, l2)
         m[i] = mi
         v[i] = vi
-        denom = np.sqrt(vi) / sqrt_bc2 + eps
-        if write_u:
-            out[i] = (mi * inv_bc1) / denom
-        else:
-            x[i] = xi * decay - step_size * (mi / denom)
+        x[i] = xi * decay - step_size * (mi / denom)
 
 
-_adam_kernel = elementwise(_adam)
+def _direction(u, x, g, m, v, b1, omb1, b2, omb2, eps, sqrt_bc2, l2, inv_bc1):
+    """Adam's direction u = (m_t / bc1) / (sqrt(v_t)/sqrt(bc2) + eps) into ``u``; x is only read."""
+    for i in numba.prange(u.size):
+        mi, vi, denom = _moments(x[i], g[i], m[i], v[i], b1, omb1, b2, omb2, eps, sqrt_bc2, l2)
+        m[i] = mi
+        v[i] = vi
+        u[i] = (mi * inv_bc1) / denom
+
+
+_adam_step = elementwise(_step)
+_adam_direction = elementwise(_direction)
 
 
 def adam_reference(x, g, m, v, t, rule: _AdamBase):

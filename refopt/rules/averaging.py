@@ -25,17 +25,19 @@ class AverageState(NamedTuple):
 
 
 class AverageContext(NamedTuple):
-    """One step's averaging weights (float64): mu_t = keep * mu_{t-1} + c * x_t; and the base's context."""
+    """One step's averaging weights (float64): mu_t = (p * mu_{t-1} + q * x_t) / r, i.e. eq. (2) with
+    c_t = q/r and 1 - c_t = p/r; and the base rule's context."""
 
-    keep: float
-    c: float
+    p: float
+    q: float
+    r: float
     base: Any
 
 
-def _average(mu, x, keep, c):
-    """mu <- keep*mu + c*x over flat arrays (keep, c of the arrays' dtype)."""
+def _average(mu, x, p, q, r):
+    """mu <- (p*mu + q*x) / r over flat arrays (p, q, r of the arrays' dtype)."""
     for i in numba.prange(mu.size):
-        mu[i] = keep * mu[i] + c * x[i]
+        mu[i] = (p * mu[i] + q * x[i]) / r
 
 
 average_kernel = elementwise(_average)
@@ -49,7 +51,8 @@ class _Averaging(Rule):
         if not isinstance(self.base, Rule):
             raise ValueError(f"{owner}: base must be a refopt rule, got {type(self.base).__name__}")
 
-    def _weights(self, t: int) -> tuple[float, float]:  # pragma: no cover - abstract
+    def _weights(self, t: int) -> tuple[float, float, float]:  # pragma: no cover - abstract
+        """(p, q, r) with c_t = q/r, 1 - c_t = p/r."""
         raise NotImplementedError
 
     def init_leaf(self, x, path):
@@ -61,14 +64,13 @@ class _Averaging(Rule):
 
     def context(self, t, glob):
         base_ctx, glob = self.base.context(t, glob)
-        keep, c = self._weights(t)
-        return AverageContext(keep, c, base_ctx), glob
+        return AverageContext(*self._weights(t), base_ctx), glob
 
     def update_leaf(self, ctx, s, x, g, path):
         x, sb = self.base.update_leaf(ctx.base, s.base, x, g, path)
         xe = np.ascontiguousarray(self.base.eval_leaf(sb, x, path))
         d = x.dtype.type
-        average_kernel(s.mu.reshape(-1), xe.reshape(-1), d(ctx.keep), d(ctx.c))
+        average_kernel(s.mu.reshape(-1), xe.reshape(-1), d(ctx.p), d(ctx.q), d(ctx.r))
         return x, AverageState(s.mu, sb)
 
     def eval_leaf(self, s, x, path):
@@ -84,6 +86,7 @@ class Average(_Averaging):
     after its step t (t = 1 first) the state's average becomes::
 
         mu_t = (1 - 1/t) * mu_{t-1} + (1/t) * x_t  =  (x_1 + ... + x_t) / t
+        (evaluated as ((t-1) * mu_{t-1} + x_t) / t, which is exact when the iterates are equal)
 
     the mean of the iterates after each update; the initial x_0 is not included (PITFALLS B16: 1/t, not
     1/(t+1); mu_0 = x_0 is only what :func:`refopt.eval_params` returns before any step).
@@ -106,7 +109,7 @@ class Average(_Averaging):
         self._check_base("Average")
 
     def _weights(self, t):
-        return (t - 1) / t, 1.0 / t
+        return float(t - 1), 1.0, float(t)     # ((t-1) mu + x) / t: exact for equal iterates
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ class EMA(_Averaging):
       decay: beta in [0, 1) (a window of about 1/(1 - beta) steps; beta = 0 gives mu_t = x_t).
       debias: see above.
     Shapes/dtypes: mu has x's shape and dtype; the weights are computed in float64 and cast.
-    Raises: ValueError if base is not a refopt rule or decay is outside [0, 1).
+    Raises: ValueError if base is not a refopt rule, decay is outside [0, 1) or debias is not a bool.
     """
 
     base: Rule
@@ -152,13 +155,12 @@ class EMA(_Averaging):
     def _weights(self, t):
         b = float(self.decay)
         if not self.debias:
-            return b, 1.0 - b
+            return b, 1.0 - b, 1.0
         bt = b ** t
-        c = (1.0 - b) / (1.0 - bt)
-        return (b - bt) / (1.0 - bt), c
+        return (b - bt) / (1.0 - bt), (1.0 - b) / (1.0 - bt), 1.0     # c_1 = 1 exactly
 
 
-def average_reference(mu, x, keep, c):
-    """Plain-numpy twin of the averaging kernel: keep*mu + c*x in x's dtype."""
+def average_reference(mu, x, p, q, r):
+    """Plain-numpy twin of the averaging kernel: (p*mu + q*x)/r in x's dtype."""
     d = x.dtype.type
-    return d(keep) * mu + d(c) * x
+    return (d(p) * mu + d(q) * x) / d(r)

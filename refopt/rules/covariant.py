@@ -60,8 +60,9 @@ class Covariant(Rule):
     so ||W_t - W_{t-1}|| / ||W_{t-1}|| = lr * gamma_t exactly: lr*gamma_t IS the effective learning rate
     (ELR). The update phi(W, g) satisfies phi(c1 W, c2 g) = c1 phi(W, g) for all c1, c2 > 0 (seed 000,
     eq. (phi)) whenever the base direction is invariant to the gradient scale: SGD with or without
-    momentum (the buffer scales with g), Adam in the limit eps -> 0 (eps breaks it by O(eps/|g|)), Muon
-    (up to its normalisation eps). ``norm`` is the same for W and u, so it only needs to be positively
+    momentum (the buffer scales with g) and without L2 weight decay (lambda*x does not scale with g),
+    Adam in the limit eps -> 0 (eps breaks it by O(eps/|g|)), Muon with eps_mode='none' (otherwise up to
+    its normalisation eps). ``norm`` is the same for W and u, so it only needs to be positively
     homogeneous; 'fro' and 'rms' give the same step (the sqrt(size) cancels) up to rounding.
 
     Conventions:

@@ -6,7 +6,7 @@ Covariant`): the float64 Frobenius norm :func:`fro_norm`, the base-rule checks a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, NamedTuple
 
 import numba
@@ -24,17 +24,54 @@ from refopt.rules import _checks
 NORM_BLOCK = 1 << 14
 
 
-def _sumsq_blocks(a, out, block, inv_scale):
-    """out[k] = sum over block k of (a[i] * inv_scale)**2, in float64."""
+@numba.njit(cache=True)
+def _block_sumsq(a, lo, hi, m):
+    """sum of (a[i]/m)**2 for lo <= i < hi, in float64, with 8 interleaved partial sums in a fixed order
+    (independent chains the CPU can overlap; no reassociation by the compiler). m = 1.0: no scaling."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    i = lo
+    if m == 1.0:
+        while i + 8 <= hi:
+            v0, v1, v2, v3 = np.float64(a[i]), np.float64(a[i + 1]), np.float64(a[i + 2]), np.float64(a[i + 3])
+            v4, v5, v6, v7 = np.float64(a[i + 4]), np.float64(a[i + 5]), np.float64(a[i + 6]), np.float64(a[i + 7])
+            s0 += v0 * v0
+            s1 += v1 * v1
+            s2 += v2 * v2
+            s3 += v3 * v3
+            s4 += v4 * v4
+            s5 += v5 * v5
+            s6 += v6 * v6
+            s7 += v7 * v7
+            i += 8
+        while i < hi:
+            v = np.float64(a[i])
+            s0 += v * v
+            i += 1
+    else:
+        while i < hi:
+            v = np.float64(a[i]) / m
+            s0 += v * v
+            i += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+def _sumsq_blocks(a, out, block, m):
+    """out[k] = sum over block k of (a[i]/m)**2, in float64."""
     for k in numba.prange(out.size):
-        s = 0.0
-        for i in range(k * block, min(a.size, (k + 1) * block)):
-            v = np.float64(a[i]) * inv_scale
-            s += v * v
-        out[k] = s
+        out[k] = _block_sumsq(a, k * block, min(a.size, (k + 1) * block), m)
+
+
+def _sub_scaled_sumsq_blocks(x, u, a, out, block):
+    """x <- x - a*u, and out[k] = sum over block k of the new x**2 in float64 (one pass over memory)."""
+    for k in numba.prange(out.size):
+        lo, hi = k * block, min(x.size, (k + 1) * block)
+        for i in range(lo, hi):
+            x[i] = x[i] - a * u[i]
+        out[k] = _block_sumsq(x, lo, hi, 1.0)
 
 
 _sumsq_kernel = elementwise(_sumsq_blocks)
+_sub_scaled_sumsq_kernel = elementwise(_sub_scaled_sumsq_blocks)
 
 
 @numba.njit(cache=True)
@@ -47,31 +84,48 @@ def _max_abs(a):
     return m
 
 
-def fro_norm(a: np.ndarray) -> float:
-    """||a||_F = sqrt(sum a_i**2) over the whole array (any shape), as a Python float.
-
-    Squares are accumulated in float64 (also for float32 input) in fixed blocks of :data:`NORM_BLOCK`
-    elements, the block sums added exactly (``math.fsum``); when the plain sum of squares would overflow
-    or lose precision to underflow (outside [1e-280, 1e280]) the array is first scaled by its largest
-    magnitude, as LAPACK's nrm2 does. Returns 0.0 for an empty or all-zero array; inf if ``a`` holds an inf.
-    """
-    flat = np.ascontiguousarray(a).reshape(-1)
-    if flat.size == 0:
-        return 0.0
-    out = np.empty(-(-flat.size // NORM_BLOCK), np.float64)
-    _sumsq_kernel(flat, out, NORM_BLOCK, 1.0)
+def _finish_norm(flat: np.ndarray, out: np.ndarray) -> float:
+    """sqrt of the block sums (added exactly), or the scaled recomputation when they over/underflowed."""
     s = math.fsum(out)
     if 1e-280 <= s <= 1e280 or s == 0.0 and _max_abs(flat) == 0.0:
         return math.sqrt(s)
     m = _max_abs(flat)
-    if not math.isfinite(m):
+    if not math.isfinite(m) or m == 0.0:
         return m
-    _sumsq_kernel(flat, out, NORM_BLOCK, 1.0 / m)
+    _sumsq_kernel(flat, out, NORM_BLOCK, m)
     return m * math.sqrt(math.fsum(out))
 
 
-# ---------------------------------------------------------------------------------------------------
-# Elementwise kernels of the wrappers (plain-numpy twins: ``x - a*u``, ``b*x``).
+def _blocks(n: int) -> np.ndarray:
+    return np.empty(-(-n // NORM_BLOCK), np.float64)
+
+
+def fro_norm(a: np.ndarray) -> float:
+    """||a||_F = sqrt(sum a_i**2) over the whole array (any shape), as a Python float.
+
+    Squares are accumulated in float64 (also for float32 input) in fixed blocks of :data:`NORM_BLOCK`
+    elements, the block sums added exactly (``math.fsum``), so the result does not depend on the thread
+    count; when the plain sum of squares would overflow or lose precision to underflow (outside
+    [1e-280, 1e280]) the array is first divided by its largest magnitude, as LAPACK's nrm2 scales.
+    Returns 0.0 for an empty or all-zero array; inf if ``a`` holds an inf.
+    """
+    flat = np.ascontiguousarray(a).reshape(-1)
+    if flat.size == 0:
+        return 0.0
+    out = _blocks(flat.size)
+    _sumsq_kernel(flat, out, NORM_BLOCK, 1.0)
+    return _finish_norm(flat, out)
+
+
+def sub_scaled_norm(x: np.ndarray, u: np.ndarray, a) -> float:
+    """x <- x - a*u in place (flat C-contiguous arrays, ``a`` of x's dtype); returns ||x||_F of the result
+    (as :func:`fro_norm`, fused into the same pass)."""
+    if x.size == 0:
+        return 0.0
+    out = _blocks(x.size)
+    _sub_scaled_sumsq_kernel(x, u, a, out, NORM_BLOCK)
+    return _finish_norm(x, out)
+
 
 def _sub_scaled(x, u, a):
     """x <- x - a*u (``a`` of x's dtype)."""
@@ -85,6 +139,7 @@ def _scale(x, b):
         x[i] = b * x[i]
 
 
+#: elementwise kernels of the wrappers over flat arrays (plain-numpy twins: ``x - a*u``, ``b*x``)
 sub_scaled = elementwise(_sub_scaled)
 scale = elementwise(_scale)
 
@@ -103,13 +158,29 @@ class WrapperContext(NamedTuple):
 _COUPLED_WD_MODES = frozenset({"l2", "coupled"})
 
 
+def _nested_rules(rule: Rule):
+    """The rules inside ``rule``'s fields (a wrapper's base, a Partition's rules), depth first."""
+    for f in fields(rule):
+        stack = [getattr(rule, f.name)]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, Rule):
+                yield v
+                yield from _nested_rules(v)
+            elif isinstance(v, dict):
+                stack.extend(v.values())
+            elif isinstance(v, (list, tuple)):
+                stack.extend(v)
+
+
 def check_direction_base(owner: str, base: Any) -> None:
     """Validate the base rule of a direction wrapper (Hyperball, Covariant).
 
     Raises ValueError when ``base`` is not a refopt rule, has no additive direction (no
-    ``direction_leaf``, e.g. an averaging wrapper), carries its own ``schedule`` (the wrapper's schedule
-    is the one that applies: pass it there), or has decoupled / lr-independent weight decay > 0 (AdamW,
-    Muon with ``weight_decay``): such a decay acts on x, not on u, so it would be silently dropped.
+    ``direction_leaf``, e.g. an averaging wrapper), or when it or a rule nested in it (a Partition's
+    rules, an inner wrapper's base) carries its own ``schedule`` (only directions are used, so it would
+    be ignored: pass the schedule to the wrapper) or decoupled / lr-independent weight decay > 0 (AdamW,
+    Muon with ``weight_decay``: such a decay acts on x, not on u, so it would be silently dropped).
     L2 decay (SGD's and Adam's ``weight_decay``) is part of the gradient, so of u, and is kept.
     """
     if not isinstance(base, Rule):
@@ -117,14 +188,16 @@ def check_direction_base(owner: str, base: Any) -> None:
     if type(base).direction_leaf is Rule.direction_leaf:
         raise ValueError(f"{owner}: base rule {type(base).__name__} has no additive direction "
                          f"(it defines no direction_leaf), so it cannot be wrapped")
-    if getattr(base, "schedule", None) is not None:
-        raise ValueError(f"{owner}: the base rule's schedule would be ignored (only its direction is used); "
-                         f"pass schedule= to {owner} instead")
-    wd_mode = getattr(base, "wd_mode", None)
-    if wd_mode is not None and wd_mode not in _COUPLED_WD_MODES and getattr(base, "weight_decay", 0) > 0:
-        raise ValueError(f"{owner}: the base rule's {wd_mode} weight_decay={base.weight_decay} acts on the "
-                         f"weights, not on the direction, so {owner} cannot apply it; set it to 0 "
-                         f"(the norm control of {owner} replaces weight decay)")
+    for r in (base, *_nested_rules(base)):
+        name = type(r).__name__
+        if getattr(r, "schedule", None) is not None:
+            raise ValueError(f"{owner}: the schedule of the base rule {name} would be ignored (only its "
+                             f"direction is used); pass schedule= to {owner} instead")
+        wd_mode = getattr(r, "wd_mode", None)
+        if wd_mode is not None and wd_mode not in _COUPLED_WD_MODES and getattr(r, "weight_decay", 0) > 0:
+            raise ValueError(f"{owner}: the base rule {name} has {wd_mode} weight_decay={r.weight_decay}, which "
+                             f"acts on the weights, not on the direction, so {owner} would drop it; set it to 0 "
+                             f"(the norm control of {owner} replaces weight decay)")
 
 
 def base_direction(base: Rule, ctx: Any, s: Any, x: np.ndarray, g: np.ndarray, path: str):
@@ -209,9 +282,10 @@ class Hyperball(Rule):
             raise ValueError(f"Hyperball: the array at {path} is all zero, so its radius ||W_0||_F is 0 and it "
                              f"could never move; pass radius=, initialize it non-zero, or give it another rule "
                              f"(refopt.Partition)")
-        if not math.isfinite(r):
-            raise ValueError(f"Hyperball: the array at {path} has a non-finite norm")
-        return HyperballState(np.array(r, dtype=x.dtype), self.base.init_leaf(x, path))
+        radius = np.array(r, dtype=x.dtype)
+        if not np.isfinite(radius):
+            raise ValueError(f"Hyperball: the radius {r!r} of the array at {path} is not finite in {x.dtype}")
+        return HyperballState(radius, self.base.init_leaf(x, path))
 
     def init_global(self):
         return self.base.init_global()
@@ -226,9 +300,10 @@ class Hyperball(Rule):
         r = float(s.radius)
         nu = fro_norm(u)
         flat = x.reshape(-1)
-        if nu > 0.0:
-            sub_scaled(flat, u.reshape(-1), d(ctx.lr_t * r / nu))       # y = W - lr_t*R*u/||u||
-        ny = fro_norm(flat)
+        if nu > 0.0:                                                     # y = W - lr_t*R*u/||u||
+            ny = sub_scaled_norm(flat, u.reshape(-1), d(ctx.lr_t * r / nu))
+        else:
+            ny = fro_norm(flat)
         if ny > 0.0:
             scale(flat, d(r / ny))                                       # W = R*y/||y||
         return x, HyperballState(s.radius, sb)

@@ -65,42 +65,53 @@ class SGD(Rule):
     def context(self, t, glob):
         return (t, self.lr * _checks.schedule_multiplier(self.schedule, t)), glob
 
-    def _run(self, ctx, s, x, g, out):
+    def _scalars(self, ctx, d):
         t, lr_t = ctx
-        d = x.dtype.type
-        mu = self.momentum
         first = t == 1
-        _sgd_kernel(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.b.reshape(-1), out.reshape(-1),
-                    out is not x, d(lr_t), d(self.weight_decay), d(mu),
-                    d(1.0 if first else 1.0 - self.dampening), d(0.0 if first else mu),
-                    mu > 0, self.nesterov)
-        return out, s
+        mu = self.momentum
+        return (d(self.weight_decay), d(mu), d(1.0 if first else 1.0 - self.dampening), d(0.0 if first else mu),
+                mu > 0, self.nesterov)
 
     def update_leaf(self, ctx, s, x, g, path):
-        return self._run(ctx, s, x, g, x)
+        d = x.dtype.type
+        _sgd_step(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.b.reshape(-1), d(ctx[1]),
+                  *self._scalars(ctx, d))
+        return x, s
 
     def direction_leaf(self, ctx, s, x, g, path):
-        return self._run(ctx, s, x, g, np.empty_like(x))
+        d = x.dtype.type
+        u = np.empty(x.shape, x.dtype)
+        _sgd_direction(u.reshape(-1), np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(g).reshape(-1),
+                       s.b.reshape(-1), *self._scalars(ctx, d))
+        return u, s
 
 
-def _sgd(x, g, b, out, write_u, lr, wd, mu, keep_g, keep_b, use_momentum, nesterov):
-    """One SGD step over flat arrays. ``keep_b``/``keep_g`` are mu and (1 - tau), except on the first
-    step where they are 0 and 1 (b_1 = g_1). ``write_u``: store u in ``out`` instead of stepping x."""
+@numba.njit(inline="always")
+def _direction_elem(xi, gi, b, i, wd, mu, keep_g, keep_b, use_momentum, nesterov):
+    """u_i of one element; writes the momentum buffer b[i]. ``keep_b``/``keep_g`` are mu and (1 - tau),
+    except on the first step where they are 0 and 1 (b_1 = g_1)."""
+    gi = gi + wd * xi
+    if not use_momentum:
+        return gi
+    bi = keep_b * b[i] + keep_g * gi
+    b[i] = bi
+    return gi + mu * bi if nesterov else bi
+
+
+def _step(x, g, b, lr, wd, mu, keep_g, keep_b, use_momentum, nesterov):
+    """x <- x - lr * u over flat arrays."""
     for i in numba.prange(x.size):
-        gi = g[i] + wd * x[i]
-        if use_momentum:
-            bi = keep_b * b[i] + keep_g * gi
-            b[i] = bi
-            ui = gi + mu * bi if nesterov else bi
-        else:
-            ui = gi
-        if write_u:
-            out[i] = ui
-        else:
-            x[i] = x[i] - lr * ui
+        x[i] = x[i] - lr * _direction_elem(x[i], g[i], b, i, wd, mu, keep_g, keep_b, use_momentum, nesterov)
 
 
-_sgd_kernel = elementwise(_sgd)
+def _direction(u, x, g, b, wd, mu, keep_g, keep_b, use_momentum, nesterov):
+    """u <- the SGD direction over flat arrays; x is only read."""
+    for i in numba.prange(u.size):
+        u[i] = _direction_elem(x[i], g[i], b, i, wd, mu, keep_g, keep_b, use_momentum, nesterov)
+
+
+_sgd_step = elementwise(_step)
+_sgd_direction = elementwise(_direction)
 
 
 def sgd_reference(x, g, b, t, rule: SGD):

@@ -1,0 +1,94 @@
+"""Train the same model from the same init on the same data order with several optimizers and compare.
+
+Writes ``compare.png`` (training and validation loss against step and against wall time),
+``summary.csv`` (one row per optimizer: final losses and metrics, wall time) and one
+``metrics_<optimizer>.csv`` per run. Every optimizer uses its default peak lr for the model unless
+``--lr`` is given (then it applies to all, which is rarely what you want for rules of different kinds).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+
+import numpy as np
+
+from refopt.cli import optimizers, output, train
+
+HELP = "train one model with several optimizers (same init, same data order) and plot them together"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    train.add_model_arguments(p)
+    p.add_argument("--optimizers", default="adamw,muon,muonh,covariant,schedulefree-adamw",
+                   help="comma-separated names among: " + ", ".join(optimizers.OPTIMIZERS))
+    optimizers.add_arguments(p, with_name=False)
+    p.set_defaults(out="runs/compare")
+
+
+def run(args: argparse.Namespace) -> int:
+    names = [n.strip() for n in args.optimizers.split(",") if n.strip()]
+    unknown = [n for n in names if n not in optimizers.OPTIMIZERS]
+    if not names or unknown:
+        raise ValueError(f"--optimizers: unknown {unknown or 'empty list'}; choose from {', '.join(optimizers.OPTIMIZERS)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--optimizers lists a name twice: {names}")
+    out = output.prepare_out(args.out)
+    runs, summary = {}, []
+    for name in names:
+        a = copy.copy(args)
+        a.optimizer = name
+        result = train.train_one(a, progress_desc=name)
+        runs[name] = result
+        rows = result["rows"]
+        tail = rows[-max(1, len(rows) // 10):]
+        summary.append({"optimizer": name, "lr": result["lr"], "steps": len(rows),
+                        "train_loss_last10pct": float(np.mean([r["loss"] for r in tail])),
+                        **result["final"], "seconds": result["seconds"],
+                        "ms_per_step": 1000 * result["seconds"] / len(rows)})
+        output.write_csv(os.path.join(out, f"metrics_{name}.csv"), rows,
+                         ["step", "loss", "lr"] + train.periodic_keys(rows))
+    cols = list(summary[0])
+    output.write_csv(os.path.join(out, "summary.csv"), summary, cols)
+    _plot(os.path.join(out, "compare.png"), runs, args)
+    for s in summary:
+        print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()))
+    print(f"wrote {out}/{{summary.csv, compare.png, metrics_*.csv}}")
+    return 0
+
+
+def _smooth(y, k):
+    if len(y) < k or k <= 1:
+        return np.asarray(y)
+    c = np.cumsum(np.insert(np.asarray(y, dtype=float), 0, 0.0))
+    head = c[1:k] / np.arange(1, k)
+    return np.concatenate([head, (c[k:] - c[:-k]) / k])
+
+
+def _plot(path, runs, args):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
+    for i, (name, res) in enumerate(runs.items()):
+        rows = res["rows"]
+        color = f"C{i}"
+        steps = np.array([r["step"] for r in rows])
+        secs = np.array([r["_seconds"] for r in rows])
+        train_loss = _smooth([r["loss"] for r in rows], max(1, len(rows) // 50))
+        ev = [r for r in rows if "val_loss" in r]
+        for ax, x, xe in ((axes[0], steps, [r["step"] for r in ev]), (axes[1], secs, [r["_seconds"] for r in ev])):
+            ax.plot(x, train_loss, color=color, alpha=0.45, lw=1, label=f"{name} train (smoothed)")
+            ax.plot(xe, [r["val_loss"] for r in ev], color=color, lw=1.8, marker="o", ms=2.5, label=f"{name} validation")
+    for ax, xl in zip(axes, ("step", "wall time (s)")):
+        ax.set_xlabel(xl)
+        ax.set_ylabel("cross-entropy (nats)")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{args.model}: same init, same data order (seed {args.seed})")
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)

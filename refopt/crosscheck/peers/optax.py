@@ -1,0 +1,93 @@
+"""optax peer: runs ``optax.<name>(**kwargs)`` (or ``optax.contrib.<name>``) on a list of arrays.
+
+JAX float64 is switched on (``jax.config.update('jax_enable_x64', True)``) when the adapter loads, so
+float64 arrays stay float64 (float32 arrays stay float32). Params are a Python list of jax arrays;
+one step is ``updates, s = tx.update(g, s, params); params = optax.apply_updates(params, updates)``,
+jit-compiled once per runner. State keys are optax state field names (``mu``, ``nu``, ``trace``, ``z``)
+found with ``optax.tree_utils.tree_get_all_with_path``; the first match shaped like the params is used.
+
+Special constructor ``'ema'`` (CONVENTIONS.md 2.6): optax.ema averages *updates*, refopt.EMA averages
+*iterates*. The comparable pairing: run ``optax.sgd(learning_rate, momentum)`` and feed its iterates
+x_t to ``optax.ema(decay, debias=True)``; the EMA output is exposed as state key ``'ema'``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from refopt.crosscheck.peers import require
+
+
+def load():
+    jax = require("jax", "optax")
+    jax.config.update("jax_enable_x64", True)
+    return require("optax", "optax")
+
+
+def _build(optax, ctor: str, kw: dict):
+    obj = optax
+    for part in ctor.split("."):
+        obj = getattr(obj, part)
+    return obj(**kw)
+
+
+class OptaxRunner:
+    def __init__(self, preset, leaves, dtype):
+        optax = load()
+        import jax
+        import jax.numpy as jnp
+
+        self.jnp = jnp
+        self.preset = preset
+        self.params = [jnp.asarray(x) for x in leaves]
+        ctor, kw = preset.peer_call
+        kw = dict(kw)
+        self.is_ema = ctor == "ema"
+        if self.is_ema:
+            decay = kw.pop("decay")
+            tx = optax.sgd(**kw)
+            ema = optax.ema(decay, debias=True)
+            self.ema_state = ema.init(self.params)
+            self.ema_value = None
+        else:
+            tx = _build(optax, ctor, kw)
+        self.state = tx.init(self.params)
+        self.sign = -1.0 if preset.negate_peer_grads else 1.0
+
+        def step(params, state, grads):
+            updates, state = tx.update(grads, state, params)
+            return optax.apply_updates(params, updates), state
+
+        self._step = jax.jit(step)
+        if self.is_ema:
+            self._ema = jax.jit(lambda x, s: ema.update(x, s))
+        self.optax = optax
+
+    def step(self, grads):
+        g = [self.jnp.asarray(self.sign * a if self.sign != 1.0 else a) for a in grads]
+        self.params, self.state = self._step(self.params, self.state, g)
+        if self.is_ema:
+            self.ema_value, self.ema_state = self._ema(self.params, self.ema_state)
+
+    def get_params(self):
+        return [np.asarray(p) for p in self.params]
+
+    def get_state(self):
+        out = {}
+        shapes = [p.shape for p in self.params]
+        for field, key in self.preset.state.items():
+            if key == "ema":
+                out[field] = [np.asarray(a) for a in self.ema_value]
+                continue
+            found = None
+            for _, val in self.optax.tree_utils.tree_get_all_with_path(self.state, key):
+                if isinstance(val, (list, tuple)) and [getattr(a, "shape", None) for a in val] == shapes:
+                    found = val
+                    break
+            if found is None:
+                raise KeyError(f"optax state has no entry {key!r} shaped like the params")
+            out[field] = [np.asarray(a) for a in found]
+        return out
+
+
+def make(preset, leaves, dtype):
+    return OptaxRunner(preset, leaves, dtype)
