@@ -45,7 +45,7 @@ class GPTConfig:
     init 'normal' or 'mup' and init_std (see :func:`init`); zero_init_out_proj: W_o and W_down start at 0.
 
     Raises: ValueError for non-positive sizes, n_embd not divisible by n_head, an unknown ffn or init,
-    norm_eps < 0 or init_std <= 0.
+    a non-bool flag, norm_eps < 0 or init_std <= 0.
     """
 
     vocab_size: int
@@ -70,6 +70,9 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{name} must be a positive int, got {v!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        for name in ("qk_norm", "qk_norm_gain", "tie_head", "zero_init_out_proj"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"GPTConfig.{name} must be a bool, got {getattr(self, name)!r}")
         if self.ffn not in FFN_KINDS:
             raise ValueError(f"GPTConfig.ffn must be one of {FFN_KINDS}, got {self.ffn!r}")
         if self.init not in INIT_SCHEMES:

@@ -117,7 +117,8 @@ def _scales(config: GPTConfig, sym: Symmetry, c) -> np.ndarray:
         return np.repeat(c, config.head_size)
     if len(c) == n and not head_only:
         return c
-    allowed = f"{config.n_head} (per head)" if head_only else f"{n}" + (f" or {config.n_head} (per head)" if attention else "")
+    per_head = f"{config.n_head} (per head)"
+    allowed = per_head if head_only else (f"{n} or {per_head}" if attention else f"{n}")
     raise ValueError(f"symmetry {sym.name!r}: c must be a scalar or a vector of length {allowed}, got {len(c)}")
 
 

@@ -94,6 +94,10 @@ def _pairs(rule: Rule, state: OptState, params: Any, grads: Any | None):
         xs, paths, td = T.flatten(params)
         gs = None
     ss = T.flatten_up_to(td, state.leaves, name="state.leaves")
+    for s, p in zip(ss, paths):
+        if not (isinstance(s, tuple) and hasattr(type(s), "_fields")):
+            raise ValueError(f"state.leaves at {p} is a {type(s).__name__}, not the per-array state of "
+                             f"{type(rule).__name__}; was the state made for other params?")
     return xs, gs, ss, paths, td
 
 

@@ -119,7 +119,10 @@ def unflatten(treedef: TreeDef, leaves_: list) -> Any:
 
     def build(d: TreeDef) -> Any:
         if d.kind == "leaf":
-            return next(it)
+            try:
+                return next(it)
+            except StopIteration:
+                raise ValueError("unflatten: fewer leaves than the tree definition holds") from None
         if d.kind == "none":
             return None
         kids = [build(c) for c in d.children]

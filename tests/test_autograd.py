@@ -390,6 +390,15 @@ def test_kernels_match_references(dtype):
     dP = r.standard_normal(S.shape).astype(dtype)
     dS = K.causal_softmax_vjp_(P, dP.copy(), 0.3)
     np.testing.assert_allclose(dS, K.causal_softmax_vjp_reference(P, dP, 0.3), rtol=tol, atol=tol)
+    x, gn = r.standard_normal((2, 3, 8)).astype(dtype), r.uniform(0.5, 1.5, 8).astype(dtype)
+    out, ref = K.rms_norm(x, gn, 1e-6), K.rms_norm_reference(x, gn, 1e-6)
+    for a_, b_ in zip(out, ref):
+        np.testing.assert_allclose(a_, b_, rtol=tol, atol=tol)
+    assert out[0].dtype == dtype
+    gx = r.standard_normal(x.shape).astype(dtype)
+    dx = K.rms_norm_vjp(gx, gn, out[1], out[2])
+    assert dx.dtype == dtype
+    np.testing.assert_allclose(dx, K.rms_norm_vjp_reference(gx, gn, ref[1], ref[2]), rtol=tol, atol=tol)
     a = np.concatenate([r.standard_normal(20) * 3, [-1e4, -100.0, 0.0, 100.0, 1e4]]).astype(dtype)
     u = r.standard_normal(a.shape).astype(dtype)
     h, s = K.swiglu(a, u)

@@ -32,7 +32,8 @@ def batch(cfg, B=2, T=None, seed=0):
     return r.integers(0, cfg.vocab_size, (B, T)), r.integers(0, cfg.vocab_size, (B, T))
 
 
-CASES = [dict(ffn=f, tie_head=t, qk_norm=q) for f, t, q in itertools.product(gpt.FFN_KINDS, (True, False), (False, True))]
+CASES = [dict(ffn=f, tie_head=t, qk_norm=q)
+         for f, t, q in itertools.product(gpt.FFN_KINDS, (True, False), (False, True))]
 
 
 @pytest.mark.parametrize("kw", CASES, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
@@ -174,7 +175,7 @@ def test_generate_deterministic():
 
 def test_errors():
     for bad in [dict(n_embd=10, n_head=3), dict(ffn="geglu"), dict(init="xavier"), dict(norm_eps=-1.0),
-                dict(n_layer=0), dict(block_size=2.5), dict(ffn_hidden=0), dict(init_std=0.0)]:
+                dict(n_layer=0), dict(block_size=2.5), dict(ffn_hidden=0), dict(init_std=0.0), dict(tie_head="no")]:
         with pytest.raises(ValueError):
             tiny(**bad)
     cfg = tiny()

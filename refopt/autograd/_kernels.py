@@ -1,11 +1,14 @@
 """Numba twins of the hot pointwise / row-wise pieces of the transformer primitives.
 
-Each kernel has a NumPy reference (``*_reference``) that is the specification; ``tests/test_autograd_kernels.py``
-checks kernel == reference on both float32 and float64. Kernels are compiled lazily per dtype (``cache=True``),
-without fastmath, and parallelised over rows with ``prange``. They exist for speed only: the default GPT
-step spends most of its non-GEMM time in the causal softmax and the SwiGLU gate.
+Each kernel has a NumPy reference (``*_reference``) that is the specification;
+``tests/test_autograd.py::test_kernels_match_references`` checks kernel == reference in float32 and float64.
+Kernels are compiled lazily per dtype (``cache=True``; the first call in a fresh install compiles, several
+seconds), without fastmath, and parallelised over rows with ``prange``. They exist for speed only: the
+default GPT step spends most of its non-GEMM time in the causal softmax, the SwiGLU gate and RMSNorm.
 
-Row loops keep the input dtype: float32 in, float32 arithmetic (as NumPy would do), float64 in, float64.
+dtypes: outputs have the input dtype. The softmax and SwiGLU loops compute in that dtype (constants are
+passed in typed, since a bare literal would promote float32 to float64); the RMSNorm row sums accumulate
+in float64 (PITFALLS B26).
 """
 from __future__ import annotations
 
@@ -43,6 +46,8 @@ def _causal_softmax_(S, scale, one):  # S (R, T, T) scores, overwritten with P; 
 def causal_softmax_(S: np.ndarray, scale: float) -> np.ndarray:
     """In place: S (..., T, T) raw scores q k^T -> P = softmax(scale * S) over keys j <= i, P = 0 for
     j > i (the future). Returns S. Contiguous float32 / float64 input required."""
+    if not S.flags.c_contiguous:
+        raise ValueError("causal_softmax_: S must be C-contiguous (it is overwritten in place)")
     T = S.shape[-1]
     _causal_softmax_(S.reshape(-1, T, T), S.dtype.type(scale), S.dtype.type(1))
     return S
@@ -75,6 +80,8 @@ def _causal_softmax_vjp_(P, dP, scale):  # dP (R, T, T) overwritten with dS = sc
 def causal_softmax_vjp_(P: np.ndarray, dP: np.ndarray, scale: float) -> np.ndarray:
     """In place on dP: the cotangent of the raw scores, dS = scale * P * (dP - rowsum(dP * P)), 0 above
     the diagonal. Returns dP."""
+    if not (dP.flags.c_contiguous and P.flags.c_contiguous) or dP.dtype != P.dtype:
+        raise ValueError("causal_softmax_vjp_: P and dP must be C-contiguous and of one dtype")
     T = P.shape[-1]
     _causal_softmax_vjp_(P.reshape(-1, T, T), dP.reshape(-1, T, T), P.dtype.type(scale))
     return dP
@@ -127,3 +134,63 @@ def swiglu_vjp(g, a, u, sig) -> tuple[np.ndarray, np.ndarray]:
 
 def swiglu_vjp_reference(g, a, u, sig):
     return g * u * (sig * (1 + a * (1 - sig))), g * a * sig
+
+
+# ---- RMSNorm over the last axis ---------------------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _rms_norm(x, gain, eps, y, xhat, r):  # x (N, C); r (N,) float64; gain (C,)
+    N, C = x.shape
+    for i in prange(N):
+        acc = 0.0
+        for j in range(C):
+            acc += float(x[i, j]) * float(x[i, j])
+        ri = 1.0 / np.sqrt(acc / C + eps)
+        r[i] = ri
+        for j in range(C):
+            xh = x[i, j] * ri
+            xhat[i, j] = xh
+            y[i, j] = xh * gain[j]
+
+
+def rms_norm(x: np.ndarray, gain: np.ndarray, eps: float):
+    """y = gain * x * r, r = 1/sqrt(mean(x^2) + eps) per row (sum of squares accumulated in float64).
+    Returns (y, xhat, r) with y, xhat like x and r (N,) float64 for the VJP. x (..., C), gain (C,)."""
+    C = x.shape[-1]
+    x2 = np.ascontiguousarray(x).reshape(-1, C)
+    y, xhat = np.empty_like(x2), np.empty_like(x2)
+    r = np.empty(x2.shape[0], np.float64)
+    _rms_norm(x2, np.ascontiguousarray(gain, dtype=x.dtype), float(eps), y, xhat, r)
+    return y.reshape(x.shape), xhat.reshape(x.shape), r
+
+
+@njit(cache=True, parallel=True)
+def _rms_norm_vjp(g, gain, xhat, r, dx):  # dx = r (h - xhat mean(h xhat)), h = g gain
+    N, C = g.shape
+    for i in prange(N):
+        acc = 0.0
+        for j in range(C):
+            acc += float(g[i, j] * gain[j]) * float(xhat[i, j])
+        mu = acc / C
+        for j in range(C):
+            dx[i, j] = r[i] * (float(g[i, j] * gain[j]) - float(xhat[i, j]) * mu)
+
+
+def rms_norm_vjp(g, gain, xhat, r):
+    """dx for :func:`rms_norm` (dgain = sum of g * xhat over rows is left to NumPy)."""
+    C = g.shape[-1]
+    g2 = np.ascontiguousarray(g).reshape(-1, C)
+    dx = np.empty_like(g2)
+    _rms_norm_vjp(g2, np.ascontiguousarray(gain, dtype=g2.dtype), xhat.reshape(-1, C), r, dx)
+    return dx.reshape(g.shape)
+
+
+def rms_norm_reference(x, gain, eps):
+    r = 1 / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + eps)
+    xhat = (x * r).astype(x.dtype)
+    return xhat * gain, xhat, r.reshape(-1)
+
+
+def rms_norm_vjp_reference(g, gain, xhat, r):
+    h = g * gain
+    mu = np.mean(h.astype(np.float64) * xhat, axis=-1, keepdims=True)
+    return (r.reshape(xhat.shape[:-1] + (1,)) * (h - xhat * mu)).astype(g.dtype)

@@ -185,7 +185,8 @@ def value_and_grad(f: Callable) -> Callable:
         leaves, paths, treedef = _tree.flatten(params)
         for path, leaf in zip(paths, leaves):
             if not isinstance(leaf, np.ndarray) or leaf.dtype.kind != "f":
-                what = f"an ndarray of dtype {leaf.dtype}" if isinstance(leaf, np.ndarray) else f"a {type(leaf).__name__}"
+                what = (f"an ndarray of dtype {leaf.dtype}" if isinstance(leaf, np.ndarray)
+                        else f"a {type(leaf).__name__}")
                 raise TypeError(f"value_and_grad: params leaf {path} is {what}; expected a floating ndarray")
         nodes = [Node(leaf) for leaf in leaves]
         out = f(_tree.unflatten(treedef, nodes), *args, **kwargs)

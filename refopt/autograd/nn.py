@@ -95,8 +95,9 @@ def rms_norm(x, gain=None, eps: float = 1e-6):
         r = 1 / sqrt(mean(x^2) + eps),   xhat = x * r,   y = gain * xhat   (gain omitted if None)
 
     VJP with h = g * gain: dx = r * (h - xhat * mean(h * xhat)); dgain = sum over all leading axes of
-    g * xhat. Shapes: x (..., C), gain (C,) or None. Raises ValueError on a gain of the wrong shape or
-    eps < 0.
+    g * xhat. Rows are computed by a numba kernel (``_kernels.rms_norm``) that accumulates mean(x^2) and
+    mean(h * xhat) in float64. With eps = 0 an all-zero row gives inf / NaN.
+    Shapes: x (..., C), gain (C,) or None. Raises ValueError on a gain of the wrong shape or eps < 0.
     """
     if eps < 0:
         raise ValueError(f"rms_norm: eps must be >= 0, got {eps}")
@@ -104,16 +105,13 @@ def rms_norm(x, gain=None, eps: float = 1e-6):
     gv = None if gain is None else (gain.value if isinstance(gain, Node) else np.asarray(gain, dtype=xv.dtype))
     if gv is not None and gv.shape != xv.shape[-1:]:
         raise ValueError(f"rms_norm: gain shape {gv.shape} must be ({xv.shape[-1]},)")
-    dt = xv.dtype.type
-    r = 1 / np.sqrt(np.mean(xv * xv, axis=-1, keepdims=True) + dt(eps))
-    xhat = xv * r
-    y = xhat if gv is None else xhat * gv
+    gk = np.ones(xv.shape[-1], xv.dtype) if gv is None else gv
+    y, xhat, r = _kernels.rms_norm(xv, gk, eps)       # fused; sum of squares in float64
     if not isinstance(x, Node) and not isinstance(gain, Node):
         return y
 
     def vjp(g):
-        h = g if gv is None else g * gv
-        dx = r * (h - xhat * np.mean(h * xhat, axis=-1, keepdims=True)) if isinstance(x, Node) else None
+        dx = _kernels.rms_norm_vjp(g, gk, xhat, r) if isinstance(x, Node) else None
         dg = (g * xhat).reshape(-1, xv.shape[-1]).sum(axis=0) if isinstance(gain, Node) else None
         return dx, dg
 

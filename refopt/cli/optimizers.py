@@ -126,7 +126,8 @@ def add_arguments(p: argparse.ArgumentParser, with_name: bool = True) -> None:
                    help="lr multiplier: constant; linear --warmup then cosine to 0; or warmup-stable-decay "
                         "with the last --decay-fraction linear to 0 (default: cosine for the GPT, constant "
                         "for the MLP; Schedule-Free rules take only --warmup)")
-    g.add_argument("--warmup", type=int, default=None, help="warmup steps (default: 0, GPT 30)")
+    g.add_argument("--warmup", type=int, default=None, help="warmup steps (default: mlp 0, gpt 30 but at most "
+                                                            "a tenth of the steps)")
     g.add_argument("--decay-fraction", type=float, default=0.2, help="WSD: fraction of steps in the decay")
 
 

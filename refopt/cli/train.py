@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _resolve(args) -> None:
     """Fill the per-model defaults and reject impossible values (ValueError, one line)."""
     d = DEFAULTS[args.model]
-    for name in ("optimizer", "batch_size", "warmup"):
+    for name in ("optimizer", "batch_size"):
         if getattr(args, name) is None:
             setattr(args, name, d[name])
     if args.schedule is None:
@@ -87,7 +87,7 @@ def _resolve(args) -> None:
         raise ValueError(f"--epochs must be > 0, got {args.epochs}")
     if any(h < 1 for h in args.hidden):
         raise ValueError(f"--hidden widths must be >= 1, got {args.hidden}")
-    if args.warmup < 0 or args.sample_chars < 0 or args.checkpoint_interval < 0:
+    if (args.warmup or 0) < 0 or args.sample_chars < 0 or args.checkpoint_interval < 0:
         raise ValueError("--warmup, --sample-chars and --checkpoint-interval must be >= 0")
 
 
@@ -104,6 +104,8 @@ def prepare(args):
     _resolve(args)
     task = TASKS[args.model](args, DTYPES[args.dtype])
     steps = _total_steps(args, task)
+    if args.warmup is None:  # the model's default, at most a tenth of the run
+        args.warmup = min(DEFAULTS[args.model]["warmup"], steps // 10)
     if args.warmup > steps:
         raise ValueError(f"--warmup {args.warmup} exceeds the {steps} steps of the run")
     args.schedule_fn = optimizers.build_schedule(args, steps)

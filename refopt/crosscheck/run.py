@@ -94,7 +94,7 @@ def compare(ref: Trajectory, peer: Trajectory, leaves0, paths) -> dict:
             a64, b64 = a.astype(np.float64), b.astype(np.float64)
             d = float(np.max(np.abs(a64 - b64))) if a.size else 0.0
             r = _rel(d, float(np.max(np.abs(b64))) if b.size else 0.0)
-            if r > out["params_rel"] or (d > out["params_abs"] and not out["worst"]):
+            if r > out["params_rel"]:
                 out["worst"] = f"{paths[i]} @ step {t}"
             out["params_abs"] = max(out["params_abs"], d)
             out["params_rel"] = max(out["params_rel"], r)
@@ -131,6 +131,7 @@ class Result:
     tol: dict | None = None
     worst: str = ""
     message: str = ""
+    rule: str = ""                # the refopt rule's class name
 
     @property
     def failed(self) -> bool:
@@ -164,11 +165,14 @@ def run_preset(preset: Preset, problem: str = "stream", steps: int = 50, dtype: 
     tol = preset.tol.for_dtype(dtype, problem)
     if preset.make_rule is None:
         return Result(**base, status="gap", message=preset.gap or "")
+    if preset.problems is not None and problem not in preset.problems:
+        return Result(**base, status="skip", message=f"not meaningful on {problem}: {preset.problems_why}")
     ok, why = peers.available(preset.peer)
     if not ok:
         return Result(**base, status="skip", message=why)
     prob = make_problem(problem, DTYPES[dtype], seed, matrix_only=preset.matrix_only)
     rule = preset.make_rule()
+    base["rule"] = type(rule).__name__
     ref, grads = refopt_trajectory(rule, prob.leaves, prob.grad, steps, tuple(preset.state))
     peer = peer_trajectory(preset, prob.leaves, grads, DTYPES[dtype])
     fig = compare(ref, peer, prob.leaves, prob.paths)
@@ -194,12 +198,12 @@ def _fmt(v) -> str:
 
 def table(results: list[Result]) -> str:
     """A plain-text table of the results."""
-    head = ["preset", "problem", "steps", "dtype", "params abs", "params rel", "update rel", "state rel",
-            "tolerance", "status"]
+    head = ["rule", "peer", "preset", "problem", "steps", "dtype", "params abs", "params rel", "update rel",
+            "state rel", "tolerance", "status"]
     rows = []
     for r in results:
         tol = ", ".join(f"{k}<={v:g}" for k, v in (r.tol or {}).items())
-        rows.append([r.preset, r.problem, str(r.steps), r.dtype, _fmt(r.params_abs), _fmt(r.params_rel),
+        rows.append([r.rule or r.family, r.peer, r.preset, r.problem, str(r.steps), r.dtype, _fmt(r.params_abs), _fmt(r.params_rel),
                      _fmt(r.update_rel), _fmt(r.state_rel), tol or "-", r.status])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]

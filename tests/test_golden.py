@@ -1,0 +1,191 @@
+"""Golden vectors: format, round trip, hashes, corruption errors, drift detection, the committed set
+tests/golden/ (refopt's own output must keep matching it), the CLI, and the torch replay of docs/golden.md."""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from refopt import golden
+from refopt.checkpoint import rule_from_json
+from refopt.crosscheck.problems import make_problem
+
+HERE = os.path.dirname(__file__)
+COMMITTED = os.path.join(HERE, "golden")
+DOCS = os.path.join(HERE, "..", "docs", "golden.md")
+
+
+def _case(name):
+    return next(c for c in golden.catalog() if c.name == name)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    d = tmp_path_factory.mktemp("golden")
+    golden.export(str(d), ["sgd", "adamw", "muon_optax"], ("quadratic",), steps=4)
+    return d
+
+
+def test_catalog_names_unique_and_rules_serialisable():
+    cat = golden.catalog()
+    names = [c.name for c in cat]
+    assert len(names) == len(set(names)) and len(cat) >= 20
+    for c in cat:
+        from refopt.checkpoint import rule_to_json
+        assert rule_from_json(rule_to_json(c.make_rule())) == c.make_rule()
+
+
+def test_round_trip_manifest_and_hashes(exported):
+    g = golden.verify(str(exported / "adamw__quadratic__float64"))
+    m = g.manifest
+    assert (m["format"], m["format_version"], m["steps"], m["dtype"], m["case"]) == \
+        ("refopt-golden", 1, 4, "float64", "adamw")
+    assert rule_from_json(m["rule"]["json"]) == _case("adamw").make_rule()
+    assert m["rule"]["hyperparameters"]["weight_decay"] == 0.01
+    assert set(m["peers"]) == {"torch"} and m["peers"]["torch"]["constructor"] == "AdamW"
+    assert m["state_fields"] == ["m", "v"]
+    # every array hashed as documented: sha256 of the raw C-order bytes
+    for name, rec in m["arrays"].items():
+        a = g.arrays[name]
+        assert hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest() == rec["sha256"]
+        assert list(a.shape) == rec["shape"] and a.dtype.name == rec["dtype"]
+    # the initial params are the problem's, the grads are the quadratic's h (x - c) along the trajectory
+    prob = make_problem("quadratic", np.float64, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(g.leaves0(), prob.leaves))
+    xs = [g.leaves0()] + g.params()
+    for t, gr in enumerate(g.grads()):
+        for a, b in zip(gr, prob.grad(xs[t], t + 1)):
+            assert np.array_equal(a, b)
+
+
+def test_sgd_golden_matches_an_independent_oracle(exported):
+    """SGD(lr=0.1): x_t = x_{t-1} - 0.1 * g_t exactly (one rounding per entry, float64)."""
+    g = golden.verify(str(exported / "sgd__quadratic__float64"))
+    x = g.leaves0()
+    for gr, rec in zip(g.grads(), g.params()):
+        x = [a - 0.1 * b for a, b in zip(x, gr)]
+        assert all(np.array_equal(a, b) for a, b in zip(x, rec))
+
+
+def test_check_against_refopt_passes_exactly(exported):
+    rs = golden.check(str(exported), "refopt")
+    assert len(rs) == 3 and all(r.status == "pass" for r in rs)
+    assert all(r.params_abs == 0.0 and r.state_abs == 0.0 for r in rs if r.state_abs is not None)
+
+
+def _copy(src_dir, stem, dst):
+    for ext in (".json", ".npz"):
+        shutil.copy(os.path.join(src_dir, stem + ext), dst / (stem + ext))
+    return str(dst / stem)
+
+
+def test_corrupted_array_is_named(exported, tmp_path):
+    stem = _copy(exported, "adamw__quadratic__float64", tmp_path)
+    z = dict(np.load(stem + ".npz"))
+    z["params/0"] = z["params/0"].copy()
+    z["params/0"][2, 0, 0] += 1e-12
+    np.savez_compressed(stem + ".npz", **z)
+    with pytest.raises(golden.GoldenError, match=r"array 'params/0' does not match its sha256"):
+        golden.verify(stem)
+
+
+def test_truncated_npz_missing_file_bad_json_and_version(exported, tmp_path):
+    stem = _copy(exported, "sgd__quadratic__float64", tmp_path)
+    raw = open(stem + ".npz", "rb").read()
+    open(stem + ".npz", "wb").write(raw[: len(raw) // 2])
+    with pytest.raises(golden.GoldenError, match="cannot read the arrays"):
+        golden.verify(stem)
+    os.remove(stem + ".npz")
+    with pytest.raises(golden.GoldenError, match=r"sgd__quadratic__float64.npz is missing"):
+        golden.verify(stem + ".json")
+    stem = _copy(exported, "sgd__quadratic__float64", tmp_path)
+    m = json.load(open(stem + ".json"))
+    m["format_version"] = 99
+    json.dump(m, open(stem + ".json", "w"))
+    with pytest.raises(golden.GoldenError, match="format_version 99 is not supported"):
+        golden.verify(stem)
+    open(stem + ".json", "w").write("{not json")
+    with pytest.raises(golden.GoldenError, match="not a readable JSON manifest"):
+        golden.verify(stem)
+
+
+def test_missing_and_unexpected_arrays(exported, tmp_path):
+    stem = _copy(exported, "sgd__quadratic__float64", tmp_path)
+    z = dict(np.load(stem + ".npz"))
+    del z["grads/1"]
+    z["extra"] = np.zeros(1)
+    np.savez_compressed(stem + ".npz", **z)
+    with pytest.raises(golden.GoldenError, match=r"missing \['grads/1'\], unexpected \['extra'\]"):
+        golden.verify(stem)
+
+
+def test_drift_beyond_tolerance_fails_the_replay(exported, tmp_path):
+    """A consistent file (hashes updated) whose params differ by 1e-9 relative: refopt's replay fails."""
+    stem = _copy(exported, "adamw__quadratic__float64", tmp_path)
+    z = dict(np.load(stem + ".npz"))
+    z["params/1"] = z["params/1"] * (1 + 1e-9)
+    np.savez_compressed(stem + ".npz", **z)
+    m = json.load(open(stem + ".json"))
+    m["arrays"]["params/1"]["sha256"] = hashlib.sha256(z["params/1"].tobytes()).hexdigest()
+    json.dump(m, open(stem + ".json", "w"))
+    r = golden.check_file(stem, "refopt")
+    assert r.status == "fail" and 5e-10 < r.params_rel < 2e-9
+
+
+def test_committed_golden_files_verify_and_refopt_still_matches_them():
+    stems = golden.find(COMMITTED)
+    assert len(stems) >= 25
+    size = sum(os.path.getsize(os.path.join(COMMITTED, f)) for f in os.listdir(COMMITTED))
+    assert size < 500_000
+    results = golden.check(COMMITTED, "refopt")
+    bad = [r for r in results if r.status != "pass"]
+    assert not bad, [(r.preset, r.problem, r.dtype, r.params_rel, r.message) for r in bad]
+    covered = {golden.verify(s).manifest["case"] for s in stems}
+    assert covered == {c.name for c in golden.catalog()}      # every catalog case is guarded
+
+
+@pytest.mark.parametrize("peer,module", [("torch", "torch"), ("optax", "optax"), ("schedulefree", "schedulefree")])
+def test_committed_golden_files_replay_in_the_peers(peer, module):
+    pytest.importorskip(module, reason=f"peer {peer} not installed")
+    results = golden.check(COMMITTED, peer)
+    ran = [r for r in results if r.status != "skip"]
+    assert ran and all(r.status == "pass" for r in ran), [(r.preset, r.message) for r in ran if r.status != "pass"]
+
+
+def _cli(argv):
+    from refopt.cli import golden as cli
+    p = argparse.ArgumentParser()
+    cli.add_arguments(p)
+    return cli.run(p.parse_args(argv))
+
+
+def test_cli_export_check_and_corruption(tmp_path, capsys):
+    d = str(tmp_path / "g")
+    assert _cli(["export", d, "--cases", "sgd_momentum", "--problems", "quadratic", "--steps", "3"]) == 0
+    assert sorted(os.listdir(d)) == ["sgd_momentum__quadratic__float64.json", "sgd_momentum__quadratic__float64.npz"]
+    assert _cli(["check", d]) == 0
+    assert "1 pass, 0 fail" in capsys.readouterr().out
+    z = dict(np.load(os.path.join(d, "sgd_momentum__quadratic__float64.npz")))
+    z["state/b/0"] = z["state/b/0"] + 1.0
+    np.savez_compressed(os.path.join(d, "sgd_momentum__quadratic__float64.npz"), **z)
+    assert _cli(["check", d]) == 2
+    assert "array 'state/b/0' does not match its sha256" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown golden case 'nope'"):
+        _cli(["export", d, "--cases", "nope"])
+
+
+def test_docs_torch_replay_example_runs():
+    pytest.importorskip("torch", reason="peer torch not installed")
+    text = open(DOCS).read()
+    code = re.search(r"## Replaying in torch.*?```python\n(.*?)```", text, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 25
+    ns = {}
+    exec(code, ns)
+    worst = ns["replay_in_torch"](os.path.join(COMMITTED, "adamw__quadratic__float64"))
+    assert worst <= 1e-12
+    worst = ns["replay_in_torch"](os.path.join(COMMITTED, "sgd_nesterov_wd__quadratic__float64"))
+    assert worst <= 1e-12
