@@ -10,7 +10,7 @@ import pytest
 
 from refopt.cli import main
 
-TINY = ["--steps", "60", "--batch-size", "32", "--hidden", "32", "--no-progress", "--eval-interval", "20"]
+TINY = ["--model", "mlp", "--steps", "60", "--batch-size", "32", "--hidden", "32", "--no-progress", "--eval-interval", "20"]
 
 
 def _read_metrics(path):
@@ -55,7 +55,8 @@ def test_same_seed_same_files(tmp_path):
 
 
 def test_float64_run(tmp_path):
-    assert main(["train", "--out", str(tmp_path), "--dtype", "float64", "--steps", "3", "--no-progress"]) == 0
+    assert main(["train", "--model", "mlp", "--out", str(tmp_path), "--dtype", "float64", "--steps", "3",
+                 "--no-progress"]) == 0
     cfg = json.loads((tmp_path / "config.json").read_text())
     assert cfg["settings"]["dtype"] == "float64"
 
@@ -67,7 +68,7 @@ def test_float64_run(tmp_path):
     (["--beta1", "1.5", "--optimizer", "adam"], "beta1 must be in [0, 1)"),
 ])
 def test_bad_values_one_line_error(tmp_path, capsys, argv, needle):
-    assert main(["train", "--out", str(tmp_path), "--no-progress", *argv]) == 2
+    assert main(["train", "--model", "mlp", "--out", str(tmp_path), "--no-progress", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err
 
@@ -75,9 +76,9 @@ def test_bad_values_one_line_error(tmp_path, capsys, argv, needle):
 def test_out_is_a_file_or_unwritable(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
-    assert main(["train", "--out", str(f), "--steps", "1", "--no-progress"]) == 2
+    assert main(["train", "--model", "mlp", "--out", str(f), "--steps", "1", "--no-progress"]) == 2
     assert "not a directory" in capsys.readouterr().err
-    assert main(["train", "--out", str(f / "sub"), "--steps", "1", "--no-progress"]) == 2
+    assert main(["train", "--model", "mlp", "--out", str(f / "sub"), "--steps", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot create --out directory" in err and "\n" not in err
 
@@ -86,3 +87,49 @@ def test_unknown_choice_is_rejected_by_the_console_script():
     r = subprocess.run([sys.executable, "-m", "refopt.cli", "train", "--optimizer", "adagrad"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "invalid choice: 'adagrad'" in r.stderr
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "schedulefree-adamw", "ema"])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, optimizer):
+    args = ["--optimizer", optimizer, *TINY]
+    assert main(["train", "--out", str(tmp_path / "full"), *args]) == 0
+    assert main(["train", "--out", str(tmp_path / "cut"), "--stop-after", "25", *args]) == 0
+    cut = _read_metrics(tmp_path / "cut" / "metrics.csv")
+    assert len(cut) == 25
+    assert main(["train", "--resume", str(tmp_path / "cut"), "--no-progress"]) == 0
+    for f in ("metrics.csv", "loss.png"):
+        assert (tmp_path / "cut" / f).read_bytes() == (tmp_path / "full" / f).read_bytes(), f
+    a = json.loads((tmp_path / "cut" / "config.json").read_text())
+    b = json.loads((tmp_path / "full" / "config.json").read_text())
+    assert a["final"] == b["final"] and a["rule"] == b["rule"]
+
+
+def test_resume_errors(tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path), "--no-progress"]) == 2
+    assert "missing config.json" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "done"), *TINY]) == 0
+    assert main(["train", "--resume", str(tmp_path / "done"), "--no-progress"]) == 2
+    assert "already completed" in capsys.readouterr().err
+
+
+def test_compare_writes_summary_and_plot(tmp_path):
+    from refopt.cli import main as cli
+
+    assert cli(["compare", "--model", "mlp", "--optimizers", "sgd,adamw", "--steps", "40", "--hidden", "16",
+                "--eval-interval", "20", "--no-progress", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["optimizer"] for r in rows] == ["sgd", "adamw"]
+    for r in rows:
+        assert float(r["test_acc"]) > 0.5 and float(r["seconds"]) > 0
+    # the same init and data order: the first batch loss is identical for both optimizers
+    m = [_read_metrics(tmp_path / f"metrics_{n}.csv") for n in ("sgd", "adamw")]
+    assert m[0][0]["loss"] == m[1][0]["loss"] and m[0][1]["loss"] != m[1][1]["loss"]
+    assert (tmp_path / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_rejects_unknown_names(tmp_path, capsys):
+    from refopt.cli import main as cli
+
+    assert cli(["compare", "--optimizers", "adamw,nope", "--out", str(tmp_path)]) == 2
+    assert "unknown ['nope']" in capsys.readouterr().err

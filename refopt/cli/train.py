@@ -81,13 +81,13 @@ def _resolve(args) -> None:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("steps", "stop_after"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
+        if getattr(args, name, None) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.epochs is not None and not args.epochs > 0:
         raise ValueError(f"--epochs must be > 0, got {args.epochs}")
     if any(h < 1 for h in args.hidden):
         raise ValueError(f"--hidden widths must be >= 1, got {args.hidden}")
-    if (args.warmup or 0) < 0 or args.sample_chars < 0 or args.checkpoint_interval < 0:
+    if (args.warmup or 0) < 0 or args.sample_chars < 0 or getattr(args, "checkpoint_interval", 0) < 0:
         raise ValueError("--warmup, --sample-chars and --checkpoint-interval must be >= 0")
 
 
