@@ -97,10 +97,6 @@ class GPTConfig:
 
 
 # ---- parameters ------------------------------------------------------------------------------------
-def _matrix_names(config: GPTConfig) -> tuple[str, ...]:
-    return ("w_up", "w_gate", "w_down") if config.ffn != "gelu" else ("w_up", "w_down")
-
-
 def shapes(config: GPTConfig) -> dict:
     """The params pytree with each leaf replaced by its shape tuple."""
     C, F, hs = config.n_embd, config.ffn_hidden, config.head_size

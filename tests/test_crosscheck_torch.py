@@ -79,3 +79,31 @@ def test_pitfall_b02_eps_placement_numbers():
     for traj in (ref, peer):
         assert traj.params[2][0][0] == pytest.approx(-1.5e-3, rel=1e-9)
         assert abs(traj.params[2][0][0] - -1.2535358402830757e-4) > 1e-3
+
+
+def _cli(argv):
+    import argparse
+
+    from refopt.cli import crosscheck
+    p = argparse.ArgumentParser()
+    crosscheck.add_arguments(p)
+    return crosscheck.run(p.parse_args(argv))
+
+
+def test_cli_exit_status_json_and_negative(tmp_path, monkeypatch, capsys):
+    import json
+    from dataclasses import replace
+
+    from refopt.crosscheck import presets
+    out = tmp_path / "r.json"
+    assert _cli(["--against", "torch", "--rules", "adamw", "--problems", "stream", "--steps", "5",
+                 "--negative", "--json", str(out)]) == 0
+    res = json.load(open(out))["results"]
+    assert {r["status"] for r in res} == {"pass", "caught"} and all(r["peer"] == "torch" for r in res)
+    assert "2 pass, 2 caught" in capsys.readouterr().out
+    # a wrong preset presented as a correct one makes the command fail
+    wrong = replace(next(p for p in presets.MISCONFIGURED if p.peer == "torch" and p.family == "adamw"),
+                    expect_fail=False)
+    monkeypatch.setattr(presets, "select", lambda *a, **k: [wrong])
+    assert _cli(["--against", "torch", "--problems", "stream", "--steps", "5"]) == 1
+    assert "fail" in capsys.readouterr().out

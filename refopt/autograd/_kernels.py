@@ -3,8 +3,10 @@
 Each kernel has a NumPy reference (``*_reference``) that is the specification;
 ``tests/test_autograd.py::test_kernels_match_references`` checks kernel == reference in float32 and float64.
 Kernels are compiled lazily per dtype (``cache=True``; the first call in a fresh install compiles, several
-seconds), without fastmath, and parallelised over rows with ``prange``. They exist for speed only: the
-default GPT step spends most of its non-GEMM time in the causal softmax, the SwiGLU gate and RMSNorm.
+seconds), without fastmath. They are deliberately serial: BLAS already runs the GEMMs on every core, and a
+second thread pool (numba's OpenMP layer) fighting OpenBLAS's threads made a 2-core step ~1.8x slower.
+They exist for speed only: the default GPT step spends most of its non-GEMM time in the causal softmax,
+the SwiGLU gate and RMSNorm.
 
 dtypes: outputs have the input dtype. The softmax and SwiGLU loops compute in that dtype (constants are
 passed in typed, since a bare literal would promote float32 to float64); the RMSNorm row sums accumulate
@@ -15,15 +17,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 
 # ---- causal softmax of attention scores -------------------------------------------------------------
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _causal_softmax_(S, scale, one):  # S (R, T, T) scores, overwritten with P; one = 1 in S's dtype
     R, T, _ = S.shape
     zero = one - one
-    for r in prange(R):
+    for r in range(R):
         for i in range(T):
             row = S[r, i]
             m = row[0] * scale
@@ -61,11 +63,11 @@ def causal_softmax_reference(S: np.ndarray, scale: float) -> np.ndarray:
     return E / E.sum(-1, keepdims=True)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _causal_softmax_vjp_(P, dP, scale):  # dP (R, T, T) overwritten with dS = scale * P (dP - <dP, P>)
     R, T, _ = P.shape
     zero = scale - scale
-    for r in prange(R):
+    for r in range(R):
         for i in range(T):
             p, d = P[r, i], dP[r, i]
             dot = p[0] * d[0]
@@ -92,9 +94,9 @@ def causal_softmax_vjp_reference(P, dP, scale):
 
 
 # ---- SwiGLU gate: h = silu(a) * u ------------------------------------------------------------------
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _swiglu(a, u, h, sig, one):  # one = 1 in the arrays' dtype (a bare literal would promote to float64)
-    for i in prange(a.shape[0]):
+    for i in range(a.shape[0]):
         x = a[i]
         s = one / (one + math.exp(-x))  # exp(-x) = inf for very negative x gives s = 0, never NaN
         sig[i] = s
@@ -115,9 +117,9 @@ def swiglu_reference(a, u):
     return a * s * u, s
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _swiglu_vjp(g, a, u, sig, da, du, one):
-    for i in prange(a.shape[0]):
+    for i in range(a.shape[0]):
         s, x = sig[i], a[i]
         du[i] = g[i] * x * s
         da[i] = g[i] * u[i] * (s * (one + x * (one - s)))
@@ -137,10 +139,10 @@ def swiglu_vjp_reference(g, a, u, sig):
 
 
 # ---- RMSNorm over the last axis ---------------------------------------------------------------------
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _rms_norm(x, gain, eps, y, xhat, r):  # x (N, C); r (N,) float64; gain (C,)
     N, C = x.shape
-    for i in prange(N):
+    for i in range(N):
         acc = 0.0
         for j in range(C):
             acc += float(x[i, j]) * float(x[i, j])
@@ -163,10 +165,10 @@ def rms_norm(x: np.ndarray, gain: np.ndarray, eps: float):
     return y.reshape(x.shape), xhat.reshape(x.shape), r
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _rms_norm_vjp(g, gain, xhat, r, dx):  # dx = r (h - xhat mean(h xhat)), h = g gain
     N, C = g.shape
-    for i in prange(N):
+    for i in range(N):
         acc = 0.0
         for j in range(C):
             acc += float(g[i, j] * gain[j]) * float(xhat[i, j])

@@ -97,6 +97,11 @@ class Preset:
 
     def describe_peer(self) -> str:
         ctor, kw = self.peer_call
+        if self.peer == "optax" and ctor == "ema":      # the adapter's special pairing (peers/optax.py)
+            kw = dict(kw)
+            decay = kw.pop("decay")
+            base = ", ".join(f"{k}={v!r}" for k, v in kw.items())
+            return f"optax.ema(decay={decay!r}, debias=True) of the iterates of optax.sgd({base})"
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         prefix = {"torch": "torch.optim.", "optax": "optax.", "schedulefree": "schedulefree."}[self.peer]
         return f"{prefix}{ctor}({args})"
@@ -270,7 +275,9 @@ MISCONFIGURED: list[Preset] = [
     Preset("WRONG eps placement: optax.adam(eps inside sqrt) vs refopt E1", "optax", "adam",
            ("adam", dict(learning_rate=1e-2, eps=0.0, eps_root=1e-16)), lambda: Adam(lr=1e-2, eps=1e-8),
            "E3 sqrt(vhat + eps_root) vs E1 sqrt(vhat) + eps: differs where |g| ~ eps (PITFALLS B02)",
-           expect_fail=True),
+           expect_fail=True, problems=("stream", "mlp", "gpt"),
+           problems_why="the quadratic's gradients are O(1): the eps placement changes the step by ~1e-8 "
+                        "relative, invisible in float32 (float64 catches it)"),
     Preset("WRONG wd kind: torch.AdamW vs refopt Adam (L2)", "torch", "adamw",
            ("AdamW", dict(lr=1e-2, weight_decay=0.1)), lambda: Adam(lr=1e-2, weight_decay=0.1),
            "decoupled decay vs L2 decay through the moments (PITFALLS B05)", expect_fail=True),
@@ -307,7 +314,10 @@ MISCONFIGURED: list[Preset] = [
            ("contrib.muon", dict(learning_rate=0.02)),
            lambda: replace(_muon().like_optax(0.02), nesterov_mode="standard"),
            "optax's bias-corrected NAdam mix vs KJ/torch (1-mu)g + mu*m (CONVENTIONS 10.2)",
-           matrix_only=True, state={"m": "mu"}, tol=MUON_OPTAX, expect_fail=True),
+           matrix_only=True, state={"m": "mu"}, tol=MUON_OPTAX, expect_fail=True,
+           problems=("stream", "mlp", "gpt"),
+           problems_why="on the deterministic quadratic the gradient turns slowly, so both mixes point alike "
+                        "after msign (float32: 1.3e-4 < 2e-4; float64 catches it)"),
     Preset("WRONG warmup offset: optax schedule_free_sgd(warmup) vs refopt", "optax", "sf_sgd",
            ("contrib.schedule_free_sgd", dict(learning_rate=0.5, warmup_steps=5)),
            lambda: _sf().ScheduleFreeSGD(lr=0.5, warmup_steps=5),
