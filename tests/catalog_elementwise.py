@@ -1,4 +1,4 @@
-"""Catalog entries for SGD, Adam and AdamW (see catalog.py)."""
+"""Catalog entries for SGD, Adam and AdamW (with NAdam, nesterov=True) (see catalog.py)."""
 import refopt
 from catalog import Case
 
@@ -9,4 +9,6 @@ CASES = [
     Case("adam", lambda: refopt.Adam(lr=0.05, weight_decay=1e-3)),
     Case("adamw_decoupled", lambda: refopt.AdamW(lr=0.05, weight_decay=0.01)),
     Case("adamw_independent", lambda: refopt.AdamW(lr=0.05, weight_decay=1e-3, wd_mode="independent")),
+    Case("nadam_l2", lambda: refopt.Adam(lr=0.05, weight_decay=1e-3, nesterov=True)),
+    Case("nadamw_decoupled", lambda: refopt.AdamW(lr=0.05, weight_decay=0.01, nesterov=True)),
 ]

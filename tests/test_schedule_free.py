@@ -339,3 +339,108 @@ def test_init_state_and_defaults():
     assert (d.lr, d.beta1, d.beta2, d.eps, d.warmup_steps, d.r, d.weight_lr_power, d.weight_decay) == \
         (0.0025, 0.9, 0.999, 1e-8, 0, 0.0, 2.0, 0.0)
     assert (ScheduleFreeSGD().lr, ScheduleFreeSGD().beta) == (1.0, 0.9)
+
+
+# --- warmup_lag: released optax <= 0.2.8's one-step-late inner warmup (CONVENTIONS 2.5, optax#1744) -----
+
+class OracleOptaxSF:
+    """optax.contrib.schedule_free_sgd / schedule_free_adamw (0.2.8) restated in numpy, float64, with its two
+    counters: the outer ``step_count`` starts at 1 (lr(step_count) drives max_lr and the weight), the inner
+    ``scale_by_learning_rate`` count starts at 0 (lr(count) scales the z step). lr(k) = lr * min(k/W, 1).
+    Weight max_lr**power (no t**r), c = w/(weight_sum + w); x is recomputed from (y, z) as optax does."""
+
+    def __init__(self, params, kind, lr, W, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, weight_lr_power=2.0):
+        self.kind, self.lr, self.W, self.b1, self.b2, self.eps = kind, lr, W, b1, b2, eps
+        self.wd, self.power = weight_decay, weight_lr_power
+        self.step_count, self.inner_count, self.weight_sum, self.max_lr = 1, 0, 0.0, 0.0
+        self.y = [p.copy() for p in params]
+        self.z = [p.copy() for p in params]
+        self.v = [np.zeros_like(p) for p in params]
+
+    def sched(self, k):
+        return self.lr * min(k / self.W, 1.0)
+
+    def step(self, grads):
+        lr_out, lr_in = self.sched(self.step_count), self.sched(self.inner_count)
+        self.max_lr = max(self.max_lr, lr_out)
+        w = self.max_lr ** self.power
+        c = w / (self.weight_sum + w)
+        for i, g in enumerate(grads):
+            y, z = self.y[i], self.z[i]
+            if self.kind == "sgd":
+                u = -lr_in * (g + self.wd * y)                       # add_decayed_weights, then sgd
+            else:
+                self.v[i] = self.b2 * self.v[i] + (1 - self.b2) * g * g
+                vhat = self.v[i] / (1 - self.b2 ** (self.inner_count + 1))
+                u = -lr_in * (g / (np.sqrt(vhat) + self.eps) + self.wd * y)
+            x_prev = (y - (1 - self.b1) * z) / self.b1
+            z = z + u
+            x = (1 - c) * x_prev + c * z
+            self.y[i], self.z[i] = self.b1 * x + (1 - self.b1) * z, z
+        self.weight_sum += w
+        self.step_count += 1
+        self.inner_count += 1
+
+
+@pytest.mark.parametrize("kind,rule,okw", [
+    ("sgd", ScheduleFreeSGD(lr=0.1, beta=0.8, warmup_steps=6, weight_decay=0.01, warmup_lag=True),
+     dict(lr=0.1, W=6, b1=0.8, weight_decay=0.01)),
+    ("sgd", ScheduleFreeSGD(lr=0.2, warmup_steps=1, weight_lr_power=1.0, warmup_lag=True),
+     dict(lr=0.2, W=1, weight_lr_power=1.0)),
+    ("adamw", ScheduleFreeAdamW(lr=0.05, beta1=0.7, beta2=0.95, warmup_steps=5, weight_decay=0.1, warmup_lag=True),
+     dict(lr=0.05, W=5, b1=0.7, b2=0.95, weight_decay=0.1)),
+])
+def test_warmup_lag_matches_optax_oracle(kind, rule, okw):
+    params, mats, noise = problem(steps=30)
+    oracle = OracleOptaxSF([p.copy() for p in params], kind, **okw)
+    y, state = list(params), init(rule, list(params))
+    for t in range(30):
+        g = quad_grads(y, mats, noise[t])
+        oracle.step(quad_grads(oracle.y, mats, noise[t]))
+        y, state = update(rule, state, y, g)
+        for i in range(2):
+            assert rel(y[i], oracle.y[i]) <= 1e-12
+            assert rel(state.leaves[i].z, oracle.z[i]) <= 1e-12
+    # the default (the FB reference) is a different trajectory: the option is what makes them agree
+    from dataclasses import replace
+    y2, s2 = list(params), init(replace(rule, warmup_lag=False), list(params))
+    for t in range(30):
+        y2, s2 = update(replace(rule, warmup_lag=False), s2, y2, quad_grads(y2, mats, noise[t]))
+    assert rel(y2[0], oracle.y[0]) > 1e-4
+
+
+def test_warmup_lag_first_two_steps_by_hand():
+    # W = 4, lr = 1: step 1 z-step lr*0/4 = 0 (z, x, y stay y0), weight lr_max = 1/4, c_1 = 1;
+    # step 2 z-step lr*1/4, lr_max = 2/4, c_2 = (1/2)^2 / ((1/4)^2 + (1/2)^2) = 0.8
+    rule = ScheduleFreeSGD(lr=1.0, beta=0.5, warmup_steps=4, warmup_lag=True)
+    y0 = np.array([1.0, -2.0])
+    y, s = update(rule, init(rule, y0), y0, np.array([8.0, 4.0]))
+    assert np.array_equal(y, y0) and np.array_equal(s.leaves.z, y0) and np.array_equal(s.leaves.x, y0)
+    assert s.glob == SFGlobal(1, 0.0625, 0.25)
+    g2 = np.array([2.0, -6.0])
+    y, s = update(rule, s, y, g2)
+    z2 = y0 - 0.25 * g2
+    x2 = 0.2 * y0 + 0.8 * z2
+    np.testing.assert_allclose(s.leaves.z, z2, rtol=1e-15)
+    np.testing.assert_allclose(s.leaves.x, x2, rtol=1e-15)
+    np.testing.assert_allclose(y, 0.5 * x2 + 0.5 * z2, rtol=1e-15)
+    assert s.glob.lr_max == 0.5 and s.glob.weight_sum == pytest.approx(0.3125, rel=1e-15)
+
+
+@pytest.mark.parametrize("cls", [ScheduleFreeSGD, ScheduleFreeAdamW])
+def test_warmup_lag_without_warmup_or_false_is_the_reference_bitwise(cls):
+    rng = np.random.default_rng(5)
+    y0 = rng.standard_normal(9)
+    grads = [rng.standard_normal(9) for _ in range(6)]
+    runs = []
+    for rule in (cls(lr=0.1, weight_decay=0.01), cls(lr=0.1, weight_decay=0.01, warmup_lag=True),
+                 cls(lr=0.1, weight_decay=0.01, warmup_steps=3),
+                 cls(lr=0.1, weight_decay=0.01, warmup_steps=3, warmup_lag=False)):
+        y, s = y0.copy(), init(rule, y0)
+        for g in grads:
+            y, s = update(rule, s, y, g)
+        runs.append(y)
+    assert np.array_equal(runs[0], runs[1])     # W = 0: nothing to lag
+    assert np.array_equal(runs[2], runs[3])     # the default is the reference
+    with pytest.raises(ValueError, match="warmup_lag"):
+        cls(warmup_lag=1)

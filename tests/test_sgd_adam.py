@@ -557,3 +557,129 @@ def test_state_arrays_in_fortran_order_still_update(rule):
     np.testing.assert_array_equal(x2f, x2)
     for a, b in zip(s2f.leaves, s2.leaves):
         np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------ NAdam (nesterov=True)
+# An independent oracle in optax's form (``optax.nadam`` = ``scale_by_adam(nesterov=True)``, CONVENTIONS.md
+# 2.3), written with optax's divisions rather than refopt's precomputed coefficients:
+#   mhat = b1 * (m_t / (1 - b1^(t+1))) + (1 - b1) * (g_t / (1 - b1^t));   no extra beta2 factor on vhat;
+#   u = mhat / (sqrt(v_t)/sqrt(1 - b2^t) + eps);   x <- x * decay - lr_t * u.
+
+class OracleNAdam(OracleAdam):
+    def step(self, g):
+        self.t += 1
+        t, d = self.t, self.x.dtype.type
+        gamma = 1.0 if self.sched is None else float(self.sched(t))
+        lr_t = self.lr * gamma
+        x = self.x
+        if self.l2:
+            g = g + d(self.l2) * x
+        if self.mode == "decoupled":
+            x = x * d(1.0 - lr_t * self.wd)
+        elif self.mode == "independent":
+            x = x * d(1.0 - gamma * self.wd)
+        self.m = d(self.b1) * self.m + d(1.0 - self.b1) * g
+        self.v = d(self.b2) * self.v + d(1.0 - self.b2) * (g * g)
+        mhat = d(self.b1) * (self.m / d(1.0 - self.b1 ** (t + 1))) + d(1.0 - self.b1) * (g / d(1.0 - self.b1 ** t))
+        u = mhat / (np.sqrt(self.v) / d(math.sqrt(1.0 - self.b2 ** t)) + d(self.eps))
+        self.x = x - d(lr_t) * u
+        return u
+
+
+NADAM_CONFIGS = [  # (rule kwargs, oracle kwargs)
+    (dict(cls=Adam, lr=0.01, nesterov=True), dict(lr=0.01)),
+    (dict(cls=Adam, lr=0.01, beta1=0.5, beta2=0.9, eps=1e-3, weight_decay=0.1, schedule=cosine, nesterov=True),
+     dict(lr=0.01, b1=0.5, b2=0.9, eps=1e-3, l2=0.1, schedule=cosine)),
+    (dict(cls=AdamW, lr=0.03, beta1=0.8, beta2=0.95, weight_decay=0.1, nesterov=True),
+     dict(lr=0.03, b1=0.8, b2=0.95, wd=0.1, mode="decoupled")),
+    (dict(cls=AdamW, lr=0.01, weight_decay=0.05, wd_mode="independent", schedule=cosine, nesterov=True),
+     dict(lr=0.01, wd=0.05, mode="independent", schedule=cosine)),
+]
+
+
+@pytest.mark.parametrize("cfg", NADAM_CONFIGS, ids=lambda c: str(c[1]))
+def test_nadam_matches_oracle_float64(cfg):
+    rkw, okw = cfg
+    x0, grads = trajectory(12, steps=20)
+    rule, orc = make_rule(rkw), OracleNAdam(x0, **okw)
+    x, s = x0.copy(), init(rule, x0)
+    for t, g in enumerate(grads, 1):
+        x, s = update(rule, s, x, g)
+        orc.step(g)
+        assert rel_err(x, orc.x) <= REL
+        assert rel_err(s.leaves.m, orc.m) <= REL
+        assert rel_err(s.leaves.v, orc.v) <= REL
+
+
+@pytest.mark.parametrize("cfg", NADAM_CONFIGS, ids=lambda c: str(c[1]))
+def test_nadam_float32_close_to_float32_and_float64_oracles(cfg):
+    rkw, okw = cfg
+    x0, grads = trajectory(13, steps=20, dtype=np.float32)
+    rule = make_rule(rkw)
+    orc32, orc64 = OracleNAdam(x0, **okw), OracleNAdam(x0.astype(np.float64), **okw)
+    x, s = x0.copy(), init(rule, x0)
+    for g in grads:
+        x, s = update(rule, s, x, g)
+        orc32.step(g)
+        orc64.step(g.astype(np.float64))
+        assert x.dtype == np.float32 and orc32.x.dtype == np.float32
+        assert s.leaves.m.dtype == np.float32 and s.leaves.v.dtype == np.float32
+        # the step differs from the oracle's division order by float32 rounding only (a few ulps, 6e-8 each;
+        # through Adam's L2 term that reaches the moments too)
+        np.testing.assert_allclose(x, orc32.x, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(s.leaves.m, orc32.m, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(s.leaves.v, orc32.v, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(x, orc64.x, rtol=2e-6, atol=2e-7)
+
+
+def test_nadam_first_step_closed_form():
+    # t = 1: m_1 = (1-b1) g, so mhat = b1 (1-b1) g / (1-b1^2) + g = (1 + b1/(1+b1)) g; vhat = g^2:
+    # the step is lr * (1 + b1/(1+b1)) * g/(|g| + eps) (1.47368... lr for b1 = 0.9; Adam's is lr)
+    rule = Adam(lr=0.1, nesterov=True)
+    g = np.array([3.0, -0.5, 2e-3])
+    x, _ = update(rule, init(rule, np.zeros(3)), np.zeros(3), g)
+    np.testing.assert_allclose(x, -0.1 * (1 + 0.9 / 1.9) * g / (np.abs(g) + 1e-8), rtol=1e-14)
+
+
+def test_nadam_second_step_hand_computed():
+    # g = 1 then 2, b1 = 0.5, b2 = 0.5, eps = 0, lr = 1: m_2 = 0.5*0.5 + 0.5*2 = 1.25, v_2 = 0.5*0.5 + 0.5*4 = 2.25,
+    # mhat_2 = 0.5*1.25/(1-0.125) + 0.5*2/(1-0.25) = 0.714285... + 1.333... = 2.047619..., vhat = 2.25/0.75 = 3
+    rule = Adam(lr=1.0, beta1=0.5, beta2=0.5, eps=1e-300, nesterov=True)
+    x, s = update(rule, init(rule, np.zeros(1)), np.zeros(1), np.array([1.0]))
+    x1 = x.copy()
+    x, s = update(rule, s, x, np.array([2.0]))
+    mhat2 = 0.5 * 1.25 / 0.875 + 0.5 * 2.0 / 0.75
+    assert x[0] - x1[0] == pytest.approx(-mhat2 / math.sqrt(3.0), rel=1e-14)
+
+
+@pytest.mark.parametrize("cfg", NADAM_CONFIGS, ids=lambda c: str(c[1]))
+def test_nadam_direction_matches_oracle_u(cfg):
+    rkw, okw = cfg
+    x0, grads = trajectory(14, steps=4)
+    rule, orc = make_rule(rkw), OracleNAdam(x0, **okw)
+    x, s = x0.copy(), init(rule, x0)
+    for g in grads:
+        xc = x.copy()
+        u, s_dir = direction(rule, s, x, g)
+        u_orc = orc.step(g)
+        np.testing.assert_array_equal(x, xc)
+        assert rel_err(u, u_orc) <= REL
+        x, s = update(rule, s, x, g)
+        np.testing.assert_array_equal(s_dir.leaves.m, s.leaves.m)
+
+
+def test_nesterov_false_is_bit_identical_to_plain_adam_and_nesterov_must_be_bool():
+    x0, grads = trajectory(15, steps=5)
+    a, b = Adam(lr=0.01, weight_decay=0.1), Adam(lr=0.01, weight_decay=0.1, nesterov=False)
+    n = Adam(lr=0.01, weight_decay=0.1, nesterov=True)
+    xa, sa, xb, sb, xn, sn = x0, init(a, x0), x0, init(b, x0), x0, init(n, x0)
+    for g in grads:
+        xa, sa = update(a, sa, xa, g)
+        xb, sb = update(b, sb, xb, g)
+        xn, sn = update(n, sn, xn, g)
+    np.testing.assert_array_equal(xa, xb)
+    assert rel_err(xn, xa) > 1e-6                       # the option does something
+    with pytest.raises(ValueError, match="nesterov"):
+        Adam(nesterov=1)
+    with pytest.raises(ValueError, match="nesterov"):
+        AdamW(nesterov="yes")

@@ -15,6 +15,12 @@ Tolerances (:class:`Tol`, see docs/crosscheck.md for the derivations):
   1e-12 (refopt follows the peers' operation order; what remains is a few ulps of reassociation, e.g.
   ``sqrt(v)/sqrt(bc2)`` vs ``sqrt(v/bc2)``, accumulated over 50 steps). float32: 2e-5, about 50 steps x a
   few float32 ulps (2^-24 = 6e-8) of per-step relative error in the step, rounding order differing.
+* ``OPTAX_F32_WARMUP`` -- optax's Schedule-Free wrappers with ``warmup_steps``: optax evaluates the
+  warmup schedule count/W in float32 even for float64 params (int32 count; 0.5*1/5 = 0.099999994), so
+  the early z steps and averaging weights carry a relative error up to the float32 unit 6e-8 (2^-24);
+  it stays in z and x (measured <= 1.1e-7 over 50 steps, the quadratic). float64 1e-6; float32 2e-5 as
+  EXACT; the lag itself (warmup_lag=False) differs by >= 0.26. The same
+  pairing with the warmup evaluated in float64 (adapter ``float64_warmup``) is EXACT.
 * ``MUON_OPTAX`` -- float64 1e-10: Newton-Schulz in float64 on both sides, but BLAS (refopt) and XLA
   (optax) sum the matmuls in a different order and the quintic amplifies rounding (slope a = 3.4 at 0).
   float32: 2e-4.
@@ -55,6 +61,7 @@ class Tol:
 
 
 EXACT = Tol({"params": 1e-12, "state": 1e-12}, {"params": 2e-5, "state": 2e-5})
+OPTAX_F32_WARMUP = Tol({"params": 1e-6, "state": 1e-6}, {"params": 2e-5, "state": 2e-5})
 MUON_OPTAX = Tol({"params": 1e-10, "state": 1e-12}, {"params": 2e-4, "state": 2e-5})
 MUON_TORCH_BF16 = Tol({"update": 0.06, "state": 1e-12}, {"update": 0.06, "state": 2e-5},
                       by_problem={"mlp": {"update": 0.25}, "gpt": {"update": 0.25}})
@@ -102,9 +109,21 @@ class Preset:
             decay = kw.pop("decay")
             base = ", ".join(f"{k}={v!r}" for k, v in kw.items())
             return f"optax.ema(decay={decay!r}, debias=True) of the iterates of optax.sgd({base})"
+        if self.peer == "optax" and kw.get("float64_warmup"):   # the adapter's float64 warmup (peers/optax.py)
+            kw = dict(kw)
+            del kw["float64_warmup"]
+            lr, w = kw.pop("learning_rate"), kw.pop("warmup_steps")
+            kw = {"learning_rate": _Raw(f"<float64 schedule {lr!r}*min(count/{w}, 1)>"), **kw}
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         prefix = {"torch": "torch.optim.", "optax": "optax.", "schedulefree": "schedulefree."}[self.peer]
         return f"{prefix}{ctor}({args})"
+
+
+class _Raw(str):
+    """A string that ``repr`` prints bare (for :meth:`Preset.describe_peer`)."""
+
+    def __repr__(self):
+        return str(self)
 
 
 def _muon():
@@ -194,10 +213,15 @@ _OPTAX = [
            ("adamw", dict(learning_rate=3e-2, b1=0.9, b2=0.95, weight_decay=0.1)),
            lambda: AdamW(lr=3e-2, beta1=0.9, beta2=0.95, weight_decay=0.1),
            "add_decayed_weights before scale_by_learning_rate = torch AdamW (2.3)", state=_ADAM_OPTAX_STATE),
-    Preset("optax.nadam", "optax", "nadam", ("nadam", dict(learning_rate=1e-2)), None,
-           "NAdam without Dozat's beta2 factor (2.3)",
-           gap="refopt has no NAdam rule (optax nadam = scale_by_adam(nesterov=True): "
-               "mhat = b1*m/(1-b1^(t+1)) + (1-b1)*g/(1-b1^t))"),
+    Preset("optax.nadam", "optax", "nadam", ("nadam", dict(learning_rate=1e-2)),
+           lambda: Adam(lr=1e-2, nesterov=True),
+           "scale_by_adam(nesterov=True): mhat = b1*m/(1-b1^(t+1)) + (1-b1)*g/(1-b1^t), no Dozat beta2 "
+           "factor on vhat; E1 eps (2.3)", state=_ADAM_OPTAX_STATE),
+    Preset("optax.nadamw(wd=0.1)", "optax", "nadam",
+           ("nadamw", dict(learning_rate=3e-2, b1=0.8, b2=0.95, weight_decay=0.1)),
+           lambda: AdamW(lr=3e-2, beta1=0.8, beta2=0.95, weight_decay=0.1, nesterov=True),
+           "NAdam first moment + add_decayed_weights before scale_by_learning_rate = lr-coupled "
+           "decoupled decay (2.3)", state=_ADAM_OPTAX_STATE),
     Preset("optax.contrib.muon", "optax", "muon", ("contrib.muon", dict(learning_rate=0.02)),
            lambda: _muon().like_optax(0.02),
            "(in, out) layout = refopt's; EMA + bias-corrected (NAdam) Nesterov; X/(||X||_F + 1e-8); "
@@ -229,12 +253,27 @@ _OPTAX = [
            state={"z": "z"}),
     Preset("optax.contrib.schedule_free_sgd(warmup)", "optax", "sf_sgd",
            ("contrib.schedule_free_sgd", dict(learning_rate=0.5, warmup_steps=5)),
-           lambda: _sf().ScheduleFreeSGD(lr=0.5, warmup_steps=5),
-           "warmup: optax's inner scale_by_learning_rate counts from 0 while its averaging weights count "
-           "from 1 (CONVENTIONS 2.5, optax#1744)", state={"z": "z"},
-           gap="the released optax lags the z-step warmup by one step (first z-step lr*0/W) versus the "
-               "FB reference (lr*1/W), whose convention refopt follows; no refopt rule has two different "
-               "schedules for the z step and the weights"),
+           lambda: _sf().ScheduleFreeSGD(lr=0.5, warmup_steps=5, warmup_lag=True),
+           "warmup: optax's inner scale_by_learning_rate counts from 0 (z step lr*(t-1)/W) while its "
+           "averaging weights count from 1 (lr*t/W) = refopt warmup_lag=True (CONVENTIONS 2.5, optax#1744); "
+           "optax computes the warmup in float32 (OPTAX_F32_WARMUP)", state={"z": "z"}, tol=OPTAX_F32_WARMUP),
+    Preset("optax.contrib.schedule_free_sgd(warmup64,wd)", "optax", "sf_sgd",
+           ("contrib.schedule_free_sgd", dict(learning_rate=0.5, warmup_steps=5, b1=0.8, weight_decay=1e-2,
+                                              float64_warmup=True)),
+           lambda: _sf().ScheduleFreeSGD(lr=0.5, beta=0.8, weight_decay=1e-2, warmup_steps=5, warmup_lag=True),
+           "the lagged warmup (warmup_lag=True, 2.5) with the schedule evaluated in float64; L2 at y rides on "
+           "the lagged z step", state={"z": "z"}),
+    Preset("optax.contrib.schedule_free_adamw(warmup)", "optax", "sf_adamw",
+           ("contrib.schedule_free_adamw", dict(learning_rate=0.05, warmup_steps=5, weight_decay=1e-2)),
+           lambda: _sf().ScheduleFreeAdamW(lr=0.05, weight_decay=1e-2, warmup_steps=5, warmup_lag=True),
+           "lagged z-step warmup (warmup_lag=True, 2.5, optax#1744); the decoupled decay is scaled by the "
+           "lagged lr; float32 warmup (OPTAX_F32_WARMUP)", state={"z": "z"}, tol=OPTAX_F32_WARMUP),
+    Preset("optax.contrib.schedule_free_adamw(warmup64,wd)", "optax", "sf_adamw",
+           ("contrib.schedule_free_adamw", dict(learning_rate=0.05, warmup_steps=4, b1=0.8, b2=0.99,
+                                                weight_decay=0.05, float64_warmup=True)),
+           lambda: _sf().ScheduleFreeAdamW(lr=0.05, beta1=0.8, beta2=0.99, weight_decay=0.05, warmup_steps=4,
+                                           warmup_lag=True),
+           "the lagged warmup with the schedule evaluated in float64 (2.5)", state={"z": "z"}),
     Preset("optax.ema", "optax", "ema", ("ema", dict(learning_rate=0.05, momentum=0.9, decay=0.9)),
            lambda: _ema()(SGD(lr=0.05, momentum=0.9), decay=0.9, debias=True),
            "optax.ema averages *updates*; refopt.EMA averages iterates. Comparable: optax.ema(decay, "

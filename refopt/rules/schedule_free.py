@@ -24,6 +24,14 @@ section 5) operation for operation, so float64 agrees with them to rounding (~1e
   step: the reference's ZeroDivisionError branch; PITFALLS B12).
 * Warmup (built in, as the reference): warm_t = t / warmup_steps for t <= warmup_steps, else 1
   (the reference's (k+1)/warmup_steps with k = t - 1).
+* ``warmup_lag`` (refopt option, default False) reproduces released optax <= 0.2.8's one-step-late inner
+  warmup (optax#1744, CONVENTIONS.md 2.5): ``optax.contrib.schedule_free_sgd/adamw(warmup_steps=W)`` evaluate
+  the warmup of the z step (the inner ``scale_by_learning_rate``, whose count starts at 0) one step late,
+  lr * warm_{t-1} with warm_0 = 0 (so the first z step is 0), while the averaging weights (outer
+  ``step_count``, from 1) use lr * warm_t as the reference. With ``warmup_lag=True`` the z step (and with
+  it AdamW's decoupled decay gamma_t*lambda; SGD's L2 term rides on the z step) uses
+  (lr * schedule(t)) * warm_{t-1}; lr_max, the weights and c_t keep warm_t. ``schedule`` is not lagged
+  (optax's wrappers take no schedule). No effect when warmup_steps = 0.
 * ``schedule`` (refopt extension, default None): gamma_t = (lr * schedule(t)) * warm_t. This is exactly what
   the reference computes when a torch LR scheduler sets the group's ``lr`` to lr * schedule(t) before step
   t (e.g. ``LambdaLR(opt, lambda e: schedule(e + 1))``): the scheduled value drives the z step *and*
@@ -32,7 +40,7 @@ section 5) operation for operation, so float64 agrees with them to rounding (~1e
 Not implemented: the memory-efficient non-reference classes (which keep y and z only and differ in
 rounding), ``AdamWScheduleFreeReference``'s ignored ``foreach``, HEAD's ``inner_momentum`` (default 0;
 absent from the 1.4.1 release), ScheduleFree+ (CONVENTIONS 5.3). optax's ``contrib.schedule_free``
-agrees with this reference at constant lr but its warmup lags one step (CONVENTIONS 2.5).
+agrees with this reference at constant lr; with warmup it needs ``warmup_lag=True`` (above).
 """
 from __future__ import annotations
 
@@ -60,7 +68,7 @@ class SFContext(NamedTuple):
     """The scalars of one step, in float64 (cast to the array dtype in the kernels)."""
 
     t: int
-    lr: float      # gamma_t = (lr * schedule(t)) * warm_t, the z step size
+    lr: float      # the z step size: gamma_t = (lr * schedule(t)) * warm_t (warm_{t-1} with warmup_lag)
     c: float       # averaging coefficient c_t (0 when weight_sum = 0)
     bc2: float     # 1 - beta2**t (AdamW only; 1 for SGD)
 
@@ -84,6 +92,11 @@ def _warm(t: int, warmup_steps: int) -> float:
     return t / warmup_steps if t <= warmup_steps else 1.0
 
 
+def _warm_lagged(t: int, warmup_steps: int) -> float:
+    """optax <= 0.2.8's inner warmup at update t: warm_{t-1} (0 at t = 1); 1 without warmup."""
+    return _warm(t - 1, warmup_steps) if warmup_steps > 0 else 1.0
+
+
 @dataclass(frozen=True)
 class _SFBase(Rule):
     def _check_common(self):
@@ -94,20 +107,25 @@ class _SFBase(Rule):
         _checks.nonnegative("weight_lr_power", self.weight_lr_power)
         _checks.nonnegative("weight_decay", self.weight_decay)
         _checks.schedule(self.schedule)
+        if not isinstance(self.warmup_lag, bool):
+            raise ValueError(f"warmup_lag must be a bool, got {self.warmup_lag!r}")
 
     def init_global(self) -> SFGlobal:
         return SFGlobal(0, 0.0, -1.0)
 
     def _averaging(self, t: int, glob: SFGlobal) -> tuple[float, float, SFGlobal]:
-        """(gamma_t, c_t, new global state): the reference's step-size, lr_max and weight bookkeeping."""
+        """(z step size, c_t, new global state): the reference's step-size, lr_max and weight bookkeeping.
+        The z step size is gamma_t, or with ``warmup_lag`` (lr * schedule(t)) * warm_{t-1}."""
         if not isinstance(glob, SFGlobal):
             glob = SFGlobal(*glob)  # e.g. a plain tuple/list from a checkpoint
-        lr = (self.lr * _checks.schedule_multiplier(self.schedule, t)) * _warm(t, self.warmup_steps)
+        scaled = self.lr * _checks.schedule_multiplier(self.schedule, t)
+        lr = scaled * _warm(t, self.warmup_steps)
         lr_max = max(lr, glob.lr_max)
         weight = (t ** self.r) * (lr_max ** self.weight_lr_power)
         weight_sum = glob.weight_sum + weight
         c = weight / weight_sum if weight_sum != 0 else 0.0
-        return lr, c, SFGlobal(t, weight_sum, lr_max)
+        z_lr = scaled * _warm_lagged(t, self.warmup_steps) if self.warmup_lag else lr
+        return z_lr, c, SFGlobal(t, weight_sum, lr_max)
 
     def eval_leaf(self, s, x, path):
         """The stored average x (a read-only view of the state array; not recomputed from y and z)."""
@@ -136,11 +154,15 @@ class ScheduleFreeSGD(_SFBase):
       weight_lr_power: >= 0, weights lr_max**power (0: no lr weighting; 0.0**0 = 1 as in Python).
       weight_decay: lambda >= 0, L2 added to the gradient at y.
       schedule: optional t -> multiplier of lr (see the module docstring); None = constant.
+      warmup_lag: bool, default False (the reference). True reproduces released optax <= 0.2.8's
+        one-step-late inner warmup (optax#1744): the z step uses warm_{t-1}, the weights warm_t
+        (module docstring); ``optax.contrib.schedule_free_sgd(lr, warmup_steps=W)`` =
+        ``ScheduleFreeSGD(lr, warmup_steps=W, warmup_lag=True)``.
 
     State: z, x like the params (z = x = y0 at init); global :class:`SFGlobal`. float32 stays float32:
     every scalar is computed in float64 and cast to the params' dtype.
     Raises: ValueError for lr, r, weight_lr_power or weight_decay < 0 (or non-finite), beta outside
-      (0, 1), a non-integer or negative warmup_steps, or a non-callable schedule.
+      (0, 1), a non-integer or negative warmup_steps, a non-callable schedule or a non-bool warmup_lag.
     """
 
     lr: float = 1.0
@@ -150,6 +172,7 @@ class ScheduleFreeSGD(_SFBase):
     weight_lr_power: float = 2.0
     weight_decay: float = 0.0
     schedule: Callable[[int], float] | None = None
+    warmup_lag: bool = False
 
     def __post_init__(self):
         self._check_common()
@@ -194,12 +217,15 @@ class ScheduleFreeAdamW(_SFBase):
       beta1: interpolation beta in [0, 1] (beta1 = 0: y = z; 1: y = x).
       beta2: second-moment EMA rate in [0, 1).
       eps: > 0, added after the square root.
-      warmup_steps, r, weight_lr_power, schedule: as :class:`ScheduleFreeSGD`.
+      warmup_steps, r, weight_lr_power, schedule, warmup_lag: as :class:`ScheduleFreeSGD`
+        (``optax.contrib.schedule_free_adamw(lr, warmup_steps=W, ...)`` needs ``warmup_lag=True``; the lagged
+        z step size also scales the decoupled decay, as optax's ``add_decayed_weights`` sits before its
+        lagged ``scale_by_learning_rate``).
       weight_decay: lambda >= 0, decoupled, scaled by gamma_t, taken at y (or at z with decay_at_z=True).
 
     State: z, x (= y0 at init), v (zeros) like the params; global :class:`SFGlobal`. float32 stays float32.
     Raises: ValueError for negative or non-finite lr, r, weight_lr_power, weight_decay, eps <= 0, beta1
-      outside [0, 1], beta2 outside [0, 1), a bad warmup_steps or schedule.
+      outside [0, 1], beta2 outside [0, 1), a bad warmup_steps, schedule or warmup_lag.
     """
 
     lr: float = 0.0025
@@ -212,6 +238,7 @@ class ScheduleFreeAdamW(_SFBase):
     weight_decay: float = 0.0
     decay_at_z: bool = False
     schedule: Callable[[int], float] | None = None
+    warmup_lag: bool = False
 
     def __post_init__(self):
         self._check_common()

@@ -9,6 +9,15 @@ found with ``optax.tree_utils.tree_get_all_with_path``; the first match shaped l
 Special constructor ``'ema'`` (CONVENTIONS.md 2.6): optax.ema averages *updates*, refopt.EMA averages
 *iterates*. The comparable pairing: run ``optax.sgd(learning_rate, momentum)`` and feed its iterates
 x_t to ``optax.ema(decay, debias=True)``; the EMA output is exposed as state key ``'ema'``.
+
+Adapter keyword ``float64_warmup=True`` (Schedule-Free wrappers only, never passed to optax): optax's
+``warmup_steps=W`` builds ``warmup_constant_schedule``, which evaluates count/W from an int32 count in
+float32 even under x64 (lr/W = 0.1 comes out as 0.099999994), a 6e-8 relative error in the early
+learning rates. With ``float64_warmup`` the adapter instead passes the same warmup as a float64 schedule,
+``learning_rate = lambda count: lr * min(count / W, 1)``, and ``warmup_steps=None``; the wrapper then
+builds exactly what it builds for ``warmup_steps=W`` (inner ``sgd`` / ``scale_by_learning_rate`` with the
+schedule, outer ``schedule_free(learning_rate=schedule)``), so its one-step lag (optax#1744) is compared
+at float64 precision.
 """
 from __future__ import annotations
 
@@ -23,7 +32,19 @@ def load():
     return require("optax", "optax")
 
 
+def float64_warmup(lr: float, warmup_steps: int):
+    """optax's ``warmup_constant_schedule(0, lr, W)`` evaluated in float64: count -> lr * min(count/W, 1)."""
+    import jax.numpy as jnp
+
+    def schedule(count):
+        return lr * jnp.minimum(jnp.asarray(count, jnp.float64) / warmup_steps, 1.0)
+
+    return schedule
+
+
 def _build(optax, ctor: str, kw: dict):
+    if kw.pop("float64_warmup", False):
+        kw["learning_rate"] = float64_warmup(kw["learning_rate"], kw.pop("warmup_steps"))
     obj = optax
     for part in ctor.split("."):
         obj = getattr(obj, part)
