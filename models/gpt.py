@@ -182,6 +182,12 @@ def _check_idx(idx, config: GPTConfig) -> np.ndarray:
     return idx
 
 
+def linear(x, w):
+    """x @ w for x (..., fan_in), w (fan_in, fan_out), as one 2-D GEMM over all leading axes (NumPy's
+    own ``@`` would loop over the batch axis for plain arrays, one small GEMM per sequence)."""
+    return ag.matmul(x, w)
+
+
 def _attention(p: dict, h, config: GPTConfig):
     B, T, C = h.shape
     H, hs = config.n_head, config.head_size
@@ -189,20 +195,20 @@ def _attention(p: dict, h, config: GPTConfig):
     def heads(t):  # (B, T, C) -> (B, H, T, hs)
         return t.reshape(B, T, H, hs).transpose(0, 2, 1, 3)
 
-    q, k, v = heads(h @ p["w_q"]), heads(h @ p["w_k"]), heads(h @ p["w_v"])
+    q, k, v = heads(linear(h, p["w_q"])), heads(linear(h, p["w_k"])), heads(linear(h, p["w_v"]))
     if config.qk_norm:
         q = ag.rms_norm(q, p.get("q_norm"), config.norm_eps)
         k = ag.rms_norm(k, p.get("k_norm"), config.norm_eps)
     y = ag.attention(q, k, v, causal=True)                      # (B, H, T, hs)
-    return y.transpose(0, 2, 1, 3).reshape(B, T, C) @ p["w_o"]
+    return linear(y.transpose(0, 2, 1, 3).reshape(B, T, C), p["w_o"])
 
 
 def _ffn(p: dict, h, config: GPTConfig):
     if config.ffn == "gelu":
-        return ag.gelu(h @ p["w_up"]) @ p["w_down"]
-    if config.ffn == "swiglu":
-        return ag.swiglu(h @ p["w_gate"], h @ p["w_up"]) @ p["w_down"]   # silu(h W_gate) * (h W_up), fused
-    return (ag.relu(h @ p["w_gate"]) * (h @ p["w_up"])) @ p["w_down"]
+        return linear(ag.gelu(linear(h, p["w_up"])), p["w_down"])
+    if config.ffn == "swiglu":   # silu(h W_gate) * (h W_up), fused
+        return linear(ag.swiglu(linear(h, p["w_gate"]), linear(h, p["w_up"])), p["w_down"])
+    return linear(ag.relu(linear(h, p["w_gate"])) * linear(h, p["w_up"]), p["w_down"])
 
 
 def apply(params: dict, idx, config: GPTConfig):
@@ -221,7 +227,7 @@ def apply(params: dict, idx, config: GPTConfig):
         x = x + _ffn(blk["mlp"], ag.rms_norm(x, blk["mlp_norm"], eps), config)
     x = ag.rms_norm(x, params["final_norm"], eps)
     head = params["wte"].T if config.tie_head else params["lm_head"]
-    return x @ head                                             # (B, T, V)
+    return linear(x, head)                                      # (B, T, V)
 
 
 def loss(params: dict, idx, targets, config: GPTConfig, ignore_index: int | None = None):
@@ -236,8 +242,17 @@ def generate(params: dict, idx, n_new: int, temperature: float, seed: int, confi
     Each step feeds the last ``block_size`` tokens, takes the last position's logits / temperature and
     samples from the softmax by inverse CDF with ``numpy.random.default_rng(seed)`` (one uniform per row
     per step), so the output is a deterministic function of the arguments. temperature = 0 is greedy
-    (arg-max). Raises ValueError for temperature < 0, n_new < 0 or a bad idx.
+    (arg-max). BLAS runs single-threaded here (``threadpoolctl``): the per-token GEMMs are tiny, and
+    waking BLAS threads for each costs more than it saves (10x slower on a busy 2-core machine).
+    Raises ValueError for temperature < 0, n_new < 0 or a bad idx.
     """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _generate(params, idx, n_new, temperature, seed, config)
+
+
+def _generate(params: dict, idx, n_new: int, temperature: float, seed: int, config: GPTConfig) -> np.ndarray:
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if n_new < 0:

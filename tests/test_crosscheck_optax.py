@@ -1,6 +1,7 @@
 """refopt against optax (CONVENTIONS.md 2): every optax preset at the issue-5 tolerances (elementwise,
 NAdam and Schedule-Free within rel 1e-12 in float64, Muon within 1e-10; optax's float32-evaluated
-Schedule-Free warmup within 1e-6), no gaps left, the wrong presets caught. JAX float64 is enabled by the adapter. Skipped when optax is not installed (CI installs it)."""
+Schedule-Free warmup within 1e-6), no gaps left, the wrong presets caught. JAX float64 is enabled by
+the adapter. Skipped when optax is not installed (CI installs it)."""
 import numpy as np
 import pytest
 
