@@ -80,6 +80,11 @@ def available(config: GPTConfig) -> list[str]:
     return sorted(_table(config))
 
 
+def table(config: GPTConfig) -> dict[str, Symmetry]:
+    """``{name: Symmetry}`` for every symmetry that holds exactly for ``config``."""
+    return _table(config)
+
+
 def _path(member: str, layer: int | None) -> str:
     return member if layer is None else f"blocks[{layer}].{member}"
 

@@ -93,12 +93,72 @@ def _pairs(rule: Rule, state: OptState, params: Any, grads: Any | None):
     else:
         xs, paths, td = T.flatten(params)
         gs = None
+    t = state.t
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
+        raise ValueError(f"state.t must be an int >= 0 (the number of updates applied), got {t!r}")
     ss = T.flatten_up_to(td, state.leaves, name="state.leaves")
-    for s, p in zip(ss, paths):
-        if not (isinstance(s, tuple) and hasattr(type(s), "_fields")):
-            raise ValueError(f"state.leaves at {p} is a {type(s).__name__}, not the per-array state of "
-                             f"{type(rule).__name__}; was the state made for other params?")
+    for s, x, p in zip(ss, xs, paths):
+        _check_leaf_state(rule, s, x, p)
     return xs, gs, ss, paths, td
+
+
+try:  # numpy >= 2
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds
+except ImportError:  # pragma: no cover - numpy 1.x
+    _byte_bounds = np.byte_bounds
+
+_TEMPLATES: dict = {}
+
+
+def _template(rule: Rule, x: np.ndarray, path: str):
+    """What ``rule.init_leaf`` makes for an array like ``x`` at ``path``: built once on a stand-in of
+    ones with x's dtype and ndim and every dimension 1, then cached (the rule is kept alive with it)."""
+    key = (id(rule), path, x.dtype.str, x.ndim)
+    hit = _TEMPLATES.get(key)
+    if hit is None or hit[0] is not rule:
+        if len(_TEMPLATES) > 4096:
+            _TEMPLATES.clear()
+        standin = np.ones((1,) * x.ndim, x.dtype)
+        try:
+            tl, _, td = T.flatten(rule.init_leaf(standin, path))
+        except Exception:  # the rule cannot build a stand-in state: skip the check for this leaf
+            tl, td = None, None
+        hit = _TEMPLATES[key] = (rule, standin.shape, tl, td)
+    return hit[1:]
+
+
+def _check_leaf_state(rule: Rule, s: Any, x: np.ndarray, path: str) -> None:
+    """The per-array state ``s`` must be what ``rule.init_leaf`` makes for ``x``: the same NamedTuple
+    types, arrays of x's shape (or the fixed shape of, e.g., a 0-d radius) and dtype. Otherwise a kernel
+    would index past an array, so this raises ``ValueError`` naming the path."""
+    if not (isinstance(s, tuple) and hasattr(type(s), "_fields")):
+        raise ValueError(f"state.leaves at {path} is a {type(s).__name__}, not the per-array state of "
+                         f"{type(rule).__name__}; was the state made for other params?")
+    standin_shape, tl, td = _template(rule, x, path)
+    if td is None:
+        return
+    sl, _, sd = T.flatten(s)
+    if sd != td:
+        raise ValueError(f"the state at {path} ({T.first_difference(td, sd)}) is not the state "
+                         f"{type(rule).__name__} makes; was it made by another rule?")
+    for a_t, a_s in zip(tl, sl):
+        if isinstance(a_t, np.ndarray):
+            want = x.shape if a_t.shape == standin_shape else a_t.shape
+            if not isinstance(a_s, np.ndarray) or a_s.shape != want or a_s.dtype != a_t.dtype:
+                got = f"{a_s.dtype} {a_s.shape}" if isinstance(a_s, np.ndarray) else type(a_s).__name__
+                raise ValueError(f"state array at {path} is {got}, expected {a_t.dtype} {want} for params "
+                                 f"{x.dtype} {x.shape}; was the state made for other params?")
+        elif isinstance(a_t, str) and a_s != a_t:
+            raise ValueError(f"state at {path} holds {a_s!r} where {type(rule).__name__} expects {a_t!r}")
+
+
+def _check_no_aliasing(xs: list, paths: list[str]) -> None:
+    """update_ writes every params leaf once: two leaves sharing memory would be written twice."""
+    spans = sorted((_byte_bounds(x) + (p,)) for x, p in zip(xs, paths) if x.size)
+    for (lo1, hi1, p1), (lo2, hi2, p2) in zip(spans, spans[1:]):
+        if lo2 < hi1:
+            raise ValueError(f"params {p1} and {p2} share memory; update_ would update it twice (tie weights "
+                             f"by using one leaf twice in the model instead)")
 
 
 def _check_finite(gs: list, paths: list[str]) -> None:
@@ -117,7 +177,7 @@ def init(rule: Rule, params: Any) -> OptState:
     xs, _, paths, td = T.check_like(params, params, names=("params", "params"))
     rule.check_params(paths)
     # rules see C-contiguous arrays, so the state arrays they create are C-contiguous too
-    leaves = [rule.init_leaf(np.ascontiguousarray(x), p) for x, p in zip(xs, paths)]
+    leaves = [rule.init_leaf(x if x.flags.c_contiguous else np.array(x, order="C"), p) for x, p in zip(xs, paths)]
     return OptState(0, rule.init_global(), T.unflatten(td, leaves))
 
 
@@ -130,6 +190,12 @@ def update(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any, O
 
     Pure: ``state``, ``params`` and ``grads`` are never written (read-only arrays are fine). The numbers
     are bit-identical to :func:`update_`, which runs the same kernels on the caller's arrays.
+
+    Raises:
+      ValueError: params and grads differ in structure, shape or dtype, or the state was not made by
+        ``refopt.init(rule, params)`` for arrays like these (the message names the leaf path).
+      TypeError: a leaf is not a float32 / float64 ndarray.
+      FloatingPointError: a gradient holds nan or inf (the message names the leaf path).
     """
     xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
     _check_finite(gs, paths)
@@ -153,7 +219,7 @@ def update_(rule: Rule, state: OptState, params: Any, grads: Any,
 
     Raises:
       ValueError: a params or state array is read-only or not C-contiguous (it could not be updated in
-        place), or the trees differ (the message names the leaf path).
+        place), two params leaves share memory, or the trees differ (the message names the leaf path).
       FloatingPointError: a gradient leaf holds nan or inf (nothing has been written then).
     """
     xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
@@ -163,6 +229,7 @@ def update_(rule: Rule, state: OptState, params: Any, grads: Any,
                 raise ValueError(f"update_ needs writable arrays; the array at {p} is read-only")
             if not a.flags.c_contiguous:
                 raise ValueError(f"update_ needs C-contiguous arrays; the array at {p} is not")
+    _check_no_aliasing(xs, paths)
     if check_finite:
         _check_finite(gs, paths)
     t = state.t + 1
@@ -178,7 +245,10 @@ def update_(rule: Rule, state: OptState, params: Any, grads: Any,
 def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any, OptState]:
     """The base direction ``u`` of a rule of the form ``x <- x - lr*gamma_t*u`` (e.g. Adam's
     ``mhat/(sqrt(vhat)+eps)``; SGD's momentum buffer), and the state advanced by one step. Decoupled
-    weight decay is not part of ``u``. Pure, like :func:`update`."""
+    weight decay is not part of ``u``. Pure, like :func:`update`.
+
+    Raises: as :func:`update`, and ``NotImplementedError`` for rules that are not of that form
+    (Hyperball, Average, EMA, Schedule-Free, Partition)."""
     xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
     _check_finite(gs, paths)
     t = state.t + 1
@@ -193,6 +263,8 @@ def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any
 
 def eval_params(rule: Rule, state: OptState, params: Any) -> Any:
     """The weights to evaluate: the running average for averaging rules, Schedule-Free's ``x``, and
-    ``params`` itself (the same arrays, not copies) for plain rules."""
+    ``params`` itself (the same arrays, not copies) for plain rules.
+
+    Raises: ValueError when the state does not belong to ``params`` (as :func:`update`)."""
     xs, _, ss, paths, td = _pairs(rule, state, params, None)
     return T.unflatten(td, [rule.eval_leaf(s, x, p) for x, s, p in zip(xs, ss, paths)])

@@ -199,8 +199,9 @@ def check_like(params: Any, grads: Any, names: tuple[str, str] = ("params", "gra
         for name, a in zip(names, (p, g)):
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"{name} leaf {path} is a {type(a).__name__}, expected a numpy ndarray")
-        if p.dtype.kind != "f":
-            raise TypeError(f"{names[0]} leaf {path} has dtype {p.dtype}; optimizers need float32 or float64")
+        if p.dtype not in (np.float32, np.float64) or not p.dtype.isnative:
+            raise TypeError(f"{names[0]} leaf {path} has dtype {p.dtype}; optimizers need (native-endian) "
+                            f"float32 or float64")
         if p.shape != g.shape:
             raise ValueError(f"shape mismatch at {path}: {names[0]} {p.shape} vs {names[1]} {g.shape}")
         if p.dtype != g.dtype:

@@ -6,6 +6,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
+import refopt
 from refopt import tree as T
 from refopt.core import OptState, direction, eval_params, init, update, update_
 from refopt.rules.adam import Adam, AdamW
@@ -400,3 +401,77 @@ def test_state_dtypes_follow_params():
 def test_integer_params_rejected():
     with pytest.raises(TypeError, match="int64"):
         init(Adam(), {"w": np.zeros(3, np.int64)})
+
+
+# ---- the state must belong to the params and the rule (a kernel would otherwise index past an array) ----
+
+def test_state_for_smaller_params_is_rejected_before_any_kernel_runs():
+    r = refopt.Adam()
+    s = refopt.init(r, {"a": np.ones(2)})
+    with pytest.raises(ValueError, match=r"state array at a is float64 \(2,\), expected float64 \(100,\)"):
+        refopt.update(r, s, {"a": np.ones(100)}, {"a": np.ones(100)})
+
+
+def test_swapped_leaf_shapes_are_rejected():
+    r = refopt.Adam()
+    s = refopt.init(r, {"a": np.ones(3), "b": np.ones(5)})
+    with pytest.raises(ValueError, match="state array at a"):
+        refopt.update_(r, s, {"a": np.ones(5), "b": np.ones(3)}, {"a": np.ones(5), "b": np.ones(3)})
+
+
+def test_state_of_a_rule_without_momentum_is_rejected_by_a_rule_with_momentum():
+    x, g = np.ones(3), np.ones(3)
+    s = refopt.init(refopt.SGD(lr=0.1), x)  # no momentum: a size-0 buffer
+    with pytest.raises(ValueError, match=r"expected float64 \(3,\)"):
+        refopt.update(refopt.SGD(lr=0.1, momentum=0.9), s, x, g)
+
+
+def test_state_of_another_rule_or_dtype_is_rejected():
+    x, g = np.ones((3, 2)), np.ones((3, 2))
+    with pytest.raises(ValueError, match="not the state Muon makes"):
+        refopt.update(refopt.Muon(lr=0.1), refopt.init(refopt.Adam(), x), x, g)
+    s32 = refopt.init(refopt.Adam(), x.astype(np.float32))
+    with pytest.raises(ValueError, match="expected float64"):
+        refopt.update(refopt.Adam(), s32, x, g)
+
+
+@pytest.mark.parametrize("t", [2.5, -1, "abc", True])
+def test_bad_step_count_is_rejected(t):
+    x = np.ones(2)
+    s = refopt.init(refopt.Adam(), x)._replace(t=t)
+    with pytest.raises(ValueError, match="state.t must be an int >= 0"):
+        refopt.update(refopt.Adam(), s, x, x)
+
+
+def test_zero_d_params_keep_their_shape():
+    x = np.array(1.5)
+    for rule in (refopt.Adam(lr=0.1), refopt.EMA(refopt.SGD(lr=0.1), decay=0.9), refopt.ScheduleFreeSGD(lr=0.1)):
+        s = refopt.init(rule, x)
+        assert all(a.shape in ((), (0,)) for a in refopt.tree.leaves(s.leaves) if isinstance(a, np.ndarray))
+        x1, s1 = refopt.update(rule, s, x, np.array(0.5))
+        assert x1.shape == () and refopt.eval_params(rule, s1, x1).shape == ()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.longdouble, np.dtype(">f8")])
+def test_unsupported_float_dtypes_are_rejected_at_init(dtype):
+    if np.dtype(dtype) == np.float64:  # platforms where longdouble is float64
+        pytest.skip("longdouble is float64 here")
+    with pytest.raises(TypeError, match="float32 or float64"):
+        refopt.init(refopt.SGD(lr=0.1), np.ones(3, dtype=dtype))
+
+
+def test_update_inplace_rejects_aliased_params():
+    w = np.ones((2, 2))
+    params = {"a": w, "b": w}
+    s = refopt.init(refopt.SGD(lr=0.1), params)
+    with pytest.raises(ValueError, match="params a and b share memory"):
+        refopt.update_(refopt.SGD(lr=0.1), s, params, {"a": np.ones((2, 2)), "b": np.ones((2, 2))})
+    assert (w == 1).all()
+    halves = np.ones(4)
+    with pytest.raises(ValueError, match="share memory"):
+        refopt.update_(refopt.SGD(lr=0.1), refopt.init(refopt.SGD(lr=0.1), [halves[:3], halves[2:]]),
+                       [halves[:3], halves[2:]], [np.ones(3), np.ones(2)])
+    # disjoint views of one buffer are fine
+    p2 = [halves[:2], halves[2:]]
+    refopt.update_(refopt.SGD(lr=0.1), refopt.init(refopt.SGD(lr=0.1), p2), p2, [np.ones(2), np.ones(2)])
+    assert np.allclose(halves, 0.9)

@@ -1,5 +1,7 @@
 """autograd-lite: every primitive against central finite differences (dot-product test, float64), the
 PITFALLS.md regressions B18, B19, B21, dtype rules, deep graphs and error messages."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -35,7 +37,7 @@ def assert_vjp(op, params, seed=0):
 
 
 # ---- binary ops with broadcasting ------------------------------------------------------------------
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=3),
        op=st.sampled_from(["add", "sub", "mul", "div"]), seed=st.integers(0, 2**16))
 def test_binary_ops_broadcast_fd(shapes, op, seed):
@@ -219,9 +221,33 @@ def test_b21_huge_logits():
 
 
 def test_softmax_fully_masked_row_is_not_nan():
-    z = np.array([[-np.inf, -np.inf], [0.0, -np.inf]])
-    y = ag.softmax(z)
-    assert not np.isnan(y[1]).any() and np.array_equal(y[1], [1.0, 0.0])
+    """Row 0 is fully masked: softmax gives zeros (PyTorch _safe_softmax convention), log_softmax -inf,
+    the VJP through such a row is zero, and no RuntimeWarning (0/0, log 0, inf - inf) is emitted."""
+    z = np.array([[-np.inf, -np.inf], [0.0, -np.inf], [1.0, 1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = ag.softmax(z)
+        ly = ag.log_softmax(z)
+        u = np.array([[3.0, -2.0], [0.5, 1.5], [1.0, 2.0]])
+        _, g = value_and_grad(lambda p: ag.sum(ag.softmax(p) * u))(z)
+        y32 = ag.softmax(z.astype(np.float32))
+    np.testing.assert_array_equal(y, [[0.0, 0.0], [1.0, 0.0], [0.5, 0.5]])
+    np.testing.assert_array_equal(ly[0], [-np.inf, -np.inf])
+    np.testing.assert_array_equal(ly[1], [0.0, -np.inf])
+    np.testing.assert_allclose(ly[2], [-np.log(2.0)] * 2, rtol=1e-15)
+    # dy/dz = diag(y) - y y^T (oracle): zero on the masked row and the one-hot row, +-0.25 * (u0 - u1) else
+    np.testing.assert_array_equal(g[:2], np.zeros((2, 2)))
+    np.testing.assert_allclose(g[2], [0.25 * (1.0 - 2.0), 0.25 * (2.0 - 1.0)], rtol=1e-15)
+    assert y32.dtype == np.float32 and np.array_equal(y32, y.astype(np.float32))
+
+
+def test_softmax_unmasked_path_unchanged():
+    """The guard must not alter ordinary rows: compare with a plain-numpy oracle."""
+    z = _rng(5).standard_normal((4, 6)) * 10
+    e = np.exp(z - z.max(-1, keepdims=True))
+    np.testing.assert_allclose(ag.softmax(z), e / e.sum(-1, keepdims=True), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(ag.log_softmax(z), (z - z.max(-1, keepdims=True)) - np.log(e.sum(-1, keepdims=True)),
+                               rtol=1e-14, atol=0)
 
 
 # ---- rms_norm, attention --------------------------------------------------------------------------------
@@ -350,6 +376,42 @@ def test_errors():
         grad(lambda p: ag.sum(p["layers"][0]["w"]))({"layers": [{"w": np.ones(2, int)}]})
     with pytest.raises(TypeError, match="truth value"):
         grad(lambda p: ag.sum(p) if p else 0.0)(np.ones(2))
+
+
+@pytest.mark.parametrize("out, exc", [(None, TypeError), ("abc", TypeError), ([1.0], TypeError),
+                                      ((1.0,), TypeError), ({"loss": 1.0}, TypeError), (True, TypeError),
+                                      (np.array(["a"]), TypeError), (np.ones(2), ValueError)])
+def test_non_scalar_output_raises(out, exc):
+    p = {"w": np.ones(3)}
+    with pytest.raises(exc, match="f must return a scalar"):
+        value_and_grad(lambda p: out)(p)
+    with pytest.raises(exc, match="f must return a scalar"):
+        grad(lambda p: out)(p)
+
+
+def test_non_scalar_node_output_raises():
+    with pytest.raises(ValueError, match=r"f must return a scalar.*shape \(2, 3\)"):
+        value_and_grad(lambda p: p["w"] * 2.0)({"w": np.ones((2, 3))})
+
+
+@pytest.mark.parametrize("f", [
+    lambda p: float(np.sum(p["w"].value ** 2)),            # python float from .value
+    lambda p: np.sum(p["w"].value ** 2),                   # numpy scalar from .value
+    lambda p: np.array([np.sum(p["w"].value)]),            # size-1 ndarray
+    lambda p: 3,                                           # constant int
+])
+def test_detached_output_raises(f):
+    with pytest.raises(ValueError, match="does not depend on params.*\\.value or numpy"):
+        value_and_grad(f)({"w": np.arange(3.0), "b": np.ones(2)})
+
+
+def test_size1_node_output_and_partially_unused_params():
+    """A (1, 1) node is a scalar; a leaf that does not reach the output gets exact zeros (kept)."""
+    w = np.array([1.0, -2.0, 3.0])
+    v, g = value_and_grad(lambda p: ag.reshape(ag.sum(p["w"] ** 2), (1, 1)))({"w": w, "unused": np.ones(2)})
+    assert v == 14.0 and np.ndim(v) == 0
+    np.testing.assert_array_equal(g["w"], 2 * w)
+    np.testing.assert_array_equal(g["unused"], np.zeros(2))
 
 
 def test_plain_arrays_match_traced_values():

@@ -133,3 +133,47 @@ def test_compare_rejects_unknown_names(tmp_path, capsys):
 
     assert cli(["compare", "--optimizers", "adamw,nope", "--out", str(tmp_path)]) == 2
     assert "unknown ['nope']" in capsys.readouterr().err
+
+
+GPT_TINY = ["--model", "gpt", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--block-size", "16",
+            "--batch-size", "8", "--eval-interval", "15", "--eval-batches", "2", "--sample-chars", "40",
+            "--no-progress"]
+
+
+def test_gpt_train_tiny_learns_and_writes_a_sample(tmp_path, capsys):
+    out = tmp_path / "gpt"
+    assert main(["train", "--out", str(out), "--steps", "60", "--optimizer", "adamw", "--lr", "1e-2", *GPT_TINY]) == 0
+    rows = _read_metrics(out / "metrics.csv")
+    first = np.mean([float(r["loss"]) for r in rows[:5]])
+    last = np.mean([float(r["loss"]) for r in rows[-5:]])
+    assert first > 4.0 and last < first - 1.0, (first, last)  # ln(V ~ 100) = 4.6 at init
+    assert rows[14]["val_loss"] != "" and float(rows[-1]["val_loss"]) < float(rows[14]["val_loss"])
+    cfg = json.loads((out / "config.json").read_text())
+    task = cfg["task"]
+    assert task["data"] == "pydoc_data.topics" and len(task["data_sha256"]) == 64
+    assert task["python_version"] == sys.version.split()[0]
+    assert task["config"]["n_embd"] == 32 and task["config"]["tie_head"] is True
+    sample = (out / "sample.txt").read_text(encoding="utf-8")
+    assert len(sample.rstrip("\n")) == 41  # the one-character prompt and 40 new characters
+    assert "sample" in capsys.readouterr().out
+
+
+def test_gpt_default_optimizer_is_muon_on_hidden_matrices(tmp_path):
+    out = tmp_path / "gpt"
+    assert main(["train", "--out", str(out), "--steps", "3", *GPT_TINY]) == 0
+    rule = json.loads((out / "config.json").read_text())["rule"]
+    assert rule["name"] == "Partition"
+    assert rule["rules"]["hidden"]["name"] == "Muon" and rule["rules"]["other"]["name"] == "AdamW"
+
+
+def test_gpt_data_file_errors(tmp_path, capsys):
+    bad = tmp_path / "bin.txt"
+    bad.write_bytes(b"\x00\x01\x02" * 1000)
+    for path, needle in ((tmp_path / "missing.txt", "not found"), (bad, "binary")):
+        assert main(["train", "--data", str(path), "--out", str(tmp_path / "o"), "--steps", "1", *GPT_TINY]) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and "\n" not in err
+    short = tmp_path / "short.txt"
+    short.write_text("abc")
+    assert main(["train", "--data", str(short), "--out", str(tmp_path / "o"), "--steps", "1", *GPT_TINY]) == 2
+    assert "too short" in capsys.readouterr().err

@@ -226,3 +226,40 @@ def test_covariant_muon_matches_oracle_on_the_muon_direction():
         u, bstate = refopt.direction(base, bstate, ref, g)        # Muon's own direction, tested in test_muon
         ref = covariant_oracle(ref, u, 0.03 / t)
     assert rel_err(x, ref) <= 1e-12
+
+
+# --- regression: tiny directions, non-finite parameters --------------------------------------------------
+
+@pytest.mark.parametrize("dtype,tiny", [(np.float64, 1e-310), (np.float32, 1e-42)])
+@pytest.mark.parametrize("norm", ["fro", "rms", lambda a: float(np.max(np.abs(a)))])
+def test_tiny_subnormal_direction_gives_relative_step(dtype, tiny, norm):
+    # lr*||W||/||u|| overflows (float64; float32 once cast): it used to give [-inf, nan, nan, -inf]
+    W = np.ones((2, 2), dtype)
+    g = np.diag([tiny, tiny]).astype(dtype)
+    assert g[0, 0] != 0
+    rule = Covariant(SGD(), lr=0.01, norm=norm)
+    nrm = {"fro": fro, "rms": lambda a: fro(a) / 2.0}.get(norm, norm) if isinstance(norm, str) else norm
+    v = g.astype(np.float64) / tiny                       # exactly diag(1, 1) scaled: u/||u|| = v/||v||
+    v = v / np.max(np.abs(v))
+    expect = covariant_oracle(W.astype(np.float64), v, 0.01, nrm)
+    x, _ = refopt.update(rule, refopt.init(rule, W), W, g)
+    assert x.dtype == dtype and np.isfinite(x).all()
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(x, expect, rtol=tol)
+    assert rel_err(x.astype(np.float64) - W, expect - W) < 1e-5
+    u, _ = refopt.direction(rule, refopt.init(rule, W), W, g)   # ||W|| u/||u||
+    np.testing.assert_allclose(u, nrm(W.astype(np.float64)) * v / nrm(v), rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("norm", ["fro", "rms"])
+def test_nonfinite_params_raise_naming_path(dtype, bad, norm):
+    rule = Covariant(SGD(), lr=0.01, norm=norm)
+    params = {"enc": [np.ones((2, 2), dtype)]}
+    state = refopt.init(rule, params)
+    params["enc"][0][0, 0] = bad
+    with pytest.raises(FloatingPointError, match=r"weights at enc\[0\]"):
+        refopt.update(rule, state, params, {"enc": [np.ones((2, 2), dtype)]})
+    with pytest.raises(FloatingPointError, match=r"weights at enc\[0\]"):
+        refopt.direction(rule, state, params, {"enc": [np.ones((2, 2), dtype)]})

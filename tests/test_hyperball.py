@@ -340,3 +340,65 @@ def test_nested_base_rules_are_checked_too():
         Hyperball(Partition(rules={"hidden": SGD(), "other": AdamW(weight_decay=0.1)}, labels=matrix_labels), lr=0.1)
     with pytest.raises(ValueError, match="Covariant.*schedule"):
         Hyperball(Covariant(SGD(), lr=0.1, schedule=lambda t: 1.0), lr=0.1)
+
+
+# --- regression: tiny / huge directions, non-finite parameters, NaN-propagating norm --------------------
+
+def _unit_dir(g):
+    """g / ||g||_F computed without overflow (divide by max|g| first), in float64."""
+    v = g.astype(np.float64) / np.max(np.abs(g.astype(np.float64)))
+    return v / np.sqrt(np.sum(v * v))
+
+
+@pytest.mark.parametrize("dtype,tiny", [(np.float64, 1e-310), (np.float32, 1e-42),
+                                        (np.float32, 3e38)])     # huge u: the factor would be subnormal
+def test_tiny_subnormal_direction_gives_relative_step(dtype, tiny):
+    # lr*R/||u|| overflows (float64; float32 once cast): it used to turn the step into nan
+    W = np.ones((2, 2), dtype)
+    g = np.diag([tiny, tiny]).astype(dtype)
+    assert g[0, 0] != 0
+    rule = Hyperball(SGD(), lr=0.5)
+    x, _ = refopt.update(rule, refopt.init(rule, W), W, g)
+    R = 2.0
+    y = W.astype(np.float64) - 0.5 * R * _unit_dir(g)
+    expect = R * y / np.sqrt(np.sum(y * y))
+    assert x.dtype == dtype and np.isfinite(x).all()
+    np.testing.assert_allclose(x, expect, rtol=1e-6 if dtype == np.float32 else 1e-13)
+
+
+def test_fro_norm_propagates_nan_and_inf():
+    assert math.isnan(fro_norm(np.full((2, 3), np.nan)))
+    assert math.isnan(fro_norm(np.array([np.inf, np.nan])))
+    assert math.isnan(fro_norm(np.array([1e300, np.nan], np.float64)))
+    assert fro_norm(np.array([np.inf, 1.0])) == math.inf
+    assert math.isnan(fro_norm(np.array([np.nan, 1.0], np.float32)))
+
+
+def test_fro_norm_block_sums_overflowing_together():
+    # every block's sum of squares is finite but their total overflows (exact fsum raised OverflowError)
+    from refopt.rules.hyperball import NORM_BLOCK
+    a = np.full(2 * NORM_BLOCK, 1e152)
+    assert fro_norm(a) == pytest.approx(1e152 * math.sqrt(2 * NORM_BLOCK), rel=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("radius", [None, 1.0])
+def test_nonfinite_params_at_init_raise_naming_path(dtype, bad, radius):
+    W = np.ones((2, 2), dtype)
+    W[0, 1] = bad
+    with pytest.raises(ValueError, match=r"layer\.w.*nan or inf"):
+        refopt.init(Hyperball(SGD(), lr=0.1, radius=radius), {"layer": {"w": W}})
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nonfinite_params_during_step_raise_naming_path(dtype, bad):
+    rule = Hyperball(SGD(), lr=0.1)
+    params = {"w": np.ones((2, 2), dtype)}
+    state = refopt.init(rule, params)
+    params["w"][1, 0] = bad
+    with pytest.raises(FloatingPointError, match=r"weights at w"):
+        refopt.update(rule, state, params, {"w": np.ones((2, 2), dtype)})
+    with pytest.raises(FloatingPointError, match=r"weights at w"):   # zero direction: no step, still checked
+        refopt.update(rule, state, params, {"w": np.zeros((2, 2), dtype)})

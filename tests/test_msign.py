@@ -278,3 +278,45 @@ def test_newton_schulz_acts_on_singular_values_by_the_scalar_map(seed, shape, co
     assert lo - 1e-6 <= out.min() and out.max() <= hi + 1e-6
     if coeffs == "jordan" and x.min() >= 0.1:       # PITFALLS B08 band
         assert 0.6818 <= out.min() and out.max() <= 1.2024
+
+
+# --- regression: huge inputs to the SVD, diverging coefficients, rtol validation -----------------------
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("method", ["svd", "newton_schulz"])
+def test_msign_near_max_float(dtype, method):
+    # singular values sqrt(2)*max|G| overflow: the SVD of G itself returned zeros
+    big = np.finfo(dtype).max / dtype(1.25)
+    G = np.array([[1, -1], [1, 1]], dtype) * big
+    assert np.isfinite(G).all()
+    expect = np.array([[1, -1], [1, 1]]) / np.sqrt(2.0)      # G/||.|| is orthogonal up to sqrt(2)
+    O = msign(G, method)
+    assert O.dtype == dtype
+    np.testing.assert_allclose(O, expect, atol=2e-6 if dtype == np.float32 else 1e-12) if method == "svd" \
+        else np.testing.assert_allclose(O, expect * ns_scalar_map(1 / np.sqrt(2.0)), rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_msign_svd_scale_invariant_tiny_and_huge(dtype):
+    rng = np.random.default_rng(3)
+    G = rng.standard_normal((3, 5)).astype(dtype)
+    ref = msign(G, "svd")
+    for c in (2.0 ** -140, 2.0 ** 100):                 # exact powers of two: c*G is exact (subnormal in f32)
+        cG = (G.astype(np.float64) * c).astype(dtype)
+        if dtype == np.float32 and c < 1:
+            continue
+        np.testing.assert_allclose(msign(cG, "svd"), ref, atol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_msign_diverging_coefficients_raise(dtype):
+    G = np.array([[1.0, 0.2], [0.0, 0.5]], dtype)
+    with pytest.raises(FloatingPointError, match="diverge"):
+        msign(G, coeffs=(100.0, 100.0, 100.0), steps=10)
+
+
+@pytest.mark.parametrize("method", ["svd", "newton_schulz"])
+@pytest.mark.parametrize("rtol", ["a", True, -1.0, float("nan"), float("inf"), [0.1]])
+def test_msign_bad_rtol_is_valueerror(method, rtol):
+    with pytest.raises(ValueError, match="rtol"):
+        msign(np.eye(2), method, rtol=rtol)

@@ -202,9 +202,10 @@ def test_foreign_state_rejected():
     p = _params()
     rule = Partition(rules=RULES, labels=matrix_labels)
     other = Partition(rules={"x": SGD(lr=0.1)}, labels=lambda path, a: "x")
-    with pytest.raises(ValueError, match="global state"):
+    # the driver's per-leaf state check (refopt.core) or Partition's own global-state check catches it
+    with pytest.raises(ValueError, match="global state|not the state Partition makes"):
         refopt.update(rule, refopt.init(other, p), p, _grads(0))
-    with pytest.raises(ValueError, match="not a Partition state"):
+    with pytest.raises(ValueError, match="not a Partition state|not the state Partition makes"):
         refopt.update(rule, refopt.init(SGD(lr=0.1), p)._replace(glob=rule.init_global()), p, _grads(0))
 
 

@@ -165,6 +165,32 @@ def _owned(g: np.ndarray, like: np.ndarray, seen: set[int]) -> np.ndarray:
     return out
 
 
+_SCALAR = "f must return a scalar (a 0-d or size-1 Node, e.g. ag.sum(...) or ag.mean(...))"
+
+
+def _scalar_output(out: Any) -> np.ndarray:
+    """The value of ``f``'s output ``out`` as an ndarray, after checking that ``out`` is a size-1 Node.
+
+    Raises TypeError for a non-numeric output, ValueError for a non-scalar one or for a plain number /
+    ndarray (the tape was dropped: the output does not depend on any traced parameter).
+    """
+    if isinstance(out, Node):
+        v = np.asarray(out.value)
+        if v.size != 1:
+            raise ValueError(f"value_and_grad: {_SCALAR}; got a Node of shape {v.shape}")
+        return v
+    numeric = isinstance(out, (int, float, np.number, np.ndarray)) and not isinstance(out, bool)
+    if not numeric or np.asarray(out).dtype.kind not in "fiu":
+        what = (f"an ndarray of dtype {out.dtype}" if isinstance(out, np.ndarray)
+                else f"{type(out).__name__} {out!r}"[:80])
+        raise TypeError(f"value_and_grad: {_SCALAR}; got {what}")
+    v = np.asarray(out)
+    if v.size != 1:
+        raise ValueError(f"value_and_grad: {_SCALAR}; got an ndarray of shape {v.shape}")
+    raise ValueError("value_and_grad: f's output does not depend on params (did you use .value or numpy "
+                     f"functions on traced nodes?); f returned a plain {type(out).__name__}, not a Node")
+
+
 def value_and_grad(f: Callable) -> Callable:
     """Return ``vg(params, *args) -> (value, grads)`` for a scalar function ``f(params, *args)``.
 
@@ -176,9 +202,16 @@ def value_and_grad(f: Callable) -> Callable:
     structure whose leaves are new C-contiguous ndarrays of each leaf's shape and dtype (zeros for a
     leaf that ``f`` does not use). Nothing is cached between calls.
 
+    A Node output that some leaves do not reach gives those leaves zero gradients (an unused
+    parameter). An output that is not a Node at all means no parameter reached it -- typically ``f``
+    read ``.value`` or called a NumPy function on a traced node, which silently drops the tape -- and
+    is an error rather than an all-zero gradient.
+
     Raises:
-      TypeError: a leaf of ``params`` is not a floating ndarray.
-      ValueError: ``f`` returns something that is not a scalar.
+      TypeError: a leaf of ``params`` is not a floating ndarray; or ``f`` returns something that is not
+        a number (None, a string, a list, a dict ...).
+      ValueError: ``f`` returns a node or array that is not a scalar (size != 1); or ``f`` returns a
+        plain number / ndarray instead of a Node, i.e. its output does not depend on ``params``.
     """
 
     def vg(params: Any, *args: Any, **kwargs: Any):
@@ -190,15 +223,10 @@ def value_and_grad(f: Callable) -> Callable:
                 raise TypeError(f"value_and_grad: params leaf {path} is {what}; expected a floating ndarray")
         nodes = [Node(leaf) for leaf in leaves]
         out = f(_tree.unflatten(treedef, nodes), *args, **kwargs)
-        out_value = np.asarray(value(out))
-        if out_value.size != 1:
-            raise ValueError(f"value_and_grad: f must return a scalar, got shape {out_value.shape}")
-        if not isinstance(out, Node):  # f does not depend on params
-            cts = [None] * len(nodes)
-        else:
-            if out.value.shape != ():
-                out = _ops.reshape(out, ())
-            cts = backward(out, nodes)
+        out_value = _scalar_output(out)
+        if out.value.shape != ():
+            out = _ops.reshape(out, ())
+        cts = backward(out, nodes)
         seen: set[int] = set()
         grads = [np.zeros_like(leaf) if g is None else _owned(g, leaf, seen) for g, leaf in zip(cts, leaves)]
         return out_value.reshape(())[()], _tree.unflatten(treedef, grads)

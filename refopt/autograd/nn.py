@@ -23,10 +23,17 @@ def _shifted(z: np.ndarray, axis: int) -> np.ndarray:
 
 def softmax(z, axis: int = -1):
     """softmax(z)_i = exp(z_i - m) / sum_j exp(z_j - m), m = max_j z_j (so huge logits do not overflow;
-    PITFALLS.md B21). VJP: y * (g - sum(g * y)). Shapes: any, reduced along ``axis``."""
+    PITFALLS.md B21). VJP: y * (g - sum(g * y)). Shapes: any, reduced along ``axis``.
+
+    A fully masked row (all -inf) gives all zeros, not NaN, and hence a zero VJP (the convention of
+    PyTorch's ``_safe_softmax``, pytorch/pytorch PR #131060; STYLE.md 3.3 item 1). No 0/0 is evaluated.
+    """
     zv = z.value if isinstance(z, Node) else np.asarray(z)
     e = np.exp(_shifted(zv, axis))
-    y = e / np.sum(e, axis=axis, keepdims=True)
+    d = np.sum(e, axis=axis, keepdims=True)
+    if not np.all(d > 0):  # only fully masked rows (e == 0 there): divide them by 1 -> 0
+        d = np.where(d > 0, d, np.ones_like(d))
+    y = e / d
     if not isinstance(z, Node):
         return y
     return Node(y, (z,), lambda g: (y * (g - np.sum(g * y, axis=axis, keepdims=True)),))
@@ -34,11 +41,18 @@ def softmax(z, axis: int = -1):
 
 def log_softmax(z, axis: int = -1):
     """log_softmax(z) = (z - m) - log(sum exp(z - m)), never log(softmax(z)).
-    VJP: g - softmax(z) * sum(g)."""
+    VJP: g - softmax(z) * sum(g).
+
+    A fully masked row (all -inf) gives all -inf (= log of softmax's zero row), not NaN, without
+    evaluating log(0) or -inf - -inf.
+    """
     zv = z.value if isinstance(z, Node) else np.asarray(z)
     s = _shifted(zv, axis)
-    lse = np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
-    out = s - lse
+    d = np.sum(np.exp(s), axis=axis, keepdims=True)
+    if np.all(d > 0):
+        out = s - np.log(d)
+    else:  # fully masked rows: log(1) = 0 there, and s is already -inf on those rows
+        out = s - np.log(np.where(d > 0, d, np.ones_like(d)))
     if not isinstance(z, Node):
         return out
     return Node(out, (z,), lambda g: (g - np.exp(out) * np.sum(g, axis=axis, keepdims=True),))

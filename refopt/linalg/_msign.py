@@ -197,9 +197,14 @@ def _newton_schulz(X: np.ndarray, rows) -> np.ndarray:
 
 
 def _msign_svd(G: np.ndarray, rtol: float | None) -> np.ndarray:
-    U, s, Vt = np.linalg.svd(G, full_matrices=False)
+    """U_r V_r^T of G / max|G| (the division keeps the singular values of huge or tiny G in range: the
+    SVD of G itself would overflow to inf/nan near the largest float; scaling does not change U, V)."""
+    amax = np.max(np.abs(G)) if G.size else G.dtype.type(0)
+    if amax == 0:
+        return np.zeros(G.shape, G.dtype)
+    U, s, Vt = np.linalg.svd(G / amax, full_matrices=False)
     if s.size == 0 or s[0] == 0:
-        return np.zeros_like(G)
+        return np.zeros(G.shape, G.dtype)
     tol = (max(G.shape) * np.finfo(G.dtype).eps if rtol is None else rtol) * s[0]
     r = int(np.count_nonzero(s > tol))
     return np.ascontiguousarray(U[:, :r] @ Vt[:r], dtype=G.dtype)
@@ -223,16 +228,20 @@ def msign(G: np.ndarray, method: str = "newton_schulz", coeffs="jordan", steps: 
       rtol: relative rank threshold of 'svd' (None: the default above).
 
     Returns: a new C-contiguous array of G's shape and dtype; exact zeros for a zero G (never NaN).
-    Raises: ValueError for a non-float32/float64 or non-2-D input, nan/inf entries, or bad options.
+    Raises: ValueError for a non-float32/float64 or non-2-D input, nan/inf entries, or bad options
+      (including rtol not None or a finite number >= 0, checked for either method); FloatingPointError
+      when Newton-Schulz produces nan or inf (user coefficients whose iteration diverges; the presets
+      keep every singular value in (0, 1.21]).
     """
     _check_input(G)
     if method not in ("newton_schulz", "svd"):
         raise ValueError(f"method must be 'newton_schulz' or 'svd', got {method!r}")
     _check_norm_options(eps_mode, norm_eps, norm_factor)
+    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.integer, np.floating))
+                             or not (math.isfinite(rtol) and rtol >= 0)):
+        raise ValueError(f"rtol must be None or a finite number >= 0, got {rtol!r}")
     if method == "svd":
-        if rtol is not None and not (math.isfinite(rtol) and rtol >= 0):
-            raise ValueError(f"rtol must be None or a finite number >= 0, got {rtol!r}")
-        return _msign_svd(G, rtol)
+        return _msign_svd(G, float(rtol) if rtol is not None else None)
     return newton_schulz(G, ns_coefficients(coeffs, steps), eps_mode, norm_eps, norm_factor)
 
 
@@ -253,10 +262,16 @@ def _check_norm_options(eps_mode, norm_eps, norm_factor) -> None:
 def newton_schulz(G: np.ndarray, rows: Sequence[tuple[float, float, float]], eps_mode: str = "none",
                   norm_eps: float = 0.0, norm_factor: float = 1.0) -> np.ndarray:
     """Newton-Schulz on a validated 2-D float array with an explicit list of (a, b, c) rows (one per
-    step): normalise, transpose if tall, iterate, transpose back. No input checks (see :func:`msign`)."""
+    step): normalise, transpose if tall, iterate, transpose back. No input checks (see :func:`msign`);
+    raises FloatingPointError when the result is not finite (diverging coefficients)."""
     tall = G.shape[0] > G.shape[1]
     X = _normalise(G.T if tall else G, eps_mode, norm_eps, norm_factor)
     if X is None:
         return np.zeros(G.shape, G.dtype)
-    X = _newton_schulz(np.ascontiguousarray(X), rows)
+    with np.errstate(over="ignore", invalid="ignore"):  # a diverging schedule is reported just below
+        X = _newton_schulz(np.ascontiguousarray(X), rows)
+    if not np.isfinite(X).all():
+        raise FloatingPointError(f"Newton-Schulz produced nan or inf in {G.dtype}: the {len(rows)}-step "
+                                 f"coefficient schedule {tuple(rows)[:3]!r}... diverges on this input (their scalar map, ns_scalar_map, must "
+                                 f"keep singular values in (0, 1] bounded)")
     return np.ascontiguousarray(X.T) if tall else X

@@ -9,8 +9,8 @@ import numpy as np
 
 from refopt.core import Rule
 from refopt.rules import _checks
-from refopt.rules.hyperball import WrapperContext, base_direction, check_direction_base, fro_norm, scale, \
-    sub_scaled
+from refopt.rules.hyperball import WrapperContext, base_direction, check_direction_base, fro_norm, safe_factor, \
+    scale, sub_scaled, unit_scaled
 
 
 class CovariantState(NamedTuple):
@@ -89,7 +89,10 @@ class Covariant(Rule):
     scalar lr*gamma_t*||W||/||u|| is computed in float64, then cast, so float32 stays float32.
     Raises: ValueError for a bad base (see :func:`~refopt.rules.hyperball.check_direction_base`), lr < 0,
       an unknown or non-homogeneous norm; during a step, ValueError naming the array when a user norm
-      returns a negative or non-finite value.
+      returns a negative or non-finite value, FloatingPointError naming the array when the weights or
+      the base direction hold nan or inf ('fro', 'rms'). A tiny (even subnormal) or huge non-zero u is
+      divided by max|u| before its norm is taken, so the step has relative size lr*gamma_t whatever the
+      magnitude of u (the scalar lr*gamma_t*||W||/||u|| is never formed where it would overflow).
     """
 
     base: Rule
@@ -105,7 +108,11 @@ class Covariant(Rule):
 
     def _norm(self, a: np.ndarray, what: str, path: str) -> float:
         if isinstance(self.norm, str):
-            return _NAMED_NORMS[self.norm](a)
+            v = _NAMED_NORMS[self.norm](a)
+            if not math.isfinite(v):
+                held = "weights" if what == "W" else f"direction of the base rule {type(self.base).__name__}"
+                raise FloatingPointError(f"Covariant: the {held} at {path} hold nan or inf (||{what}|| = {v!r})")
+            return v
         v = float(self.norm(a))
         if not (math.isfinite(v) and v >= 0):
             raise ValueError(f"Covariant: norm({what}) = {v!r} at {path}; a norm must be finite and >= 0")
@@ -121,22 +128,30 @@ class Covariant(Rule):
         base_ctx, glob = self.base.context(t, glob)
         return WrapperContext(self.lr * _checks.schedule_multiplier(self.schedule, t), base_ctx), glob
 
-    def _ratio(self, s, x, g, path, ctx):
-        """(u, ||W||/||u|| or 0.0, new state)."""
+    def _ratio(self, s, x, g, path, ctx, lr_t):
+        """(v, a, new state) with a*v = lr_t*||W|| u/||u|| (0 when a norm is 0): v = u when the scalar
+        a = lr_t*||W||/||u|| is a safe factor of x's dtype, else v = u/max|u| (a new array) and
+        a = lr_t*||W||/||v||, so that a tiny (subnormal) or huge u never makes the scalar overflow."""
         u, sb = base_direction(self.base, ctx.base, s.base, x, g, path)
         nw = self._norm(x, "W", path)
         nu = self._norm(u, "u", path)
-        return u, (nw / nu if nw > 0.0 and nu > 0.0 else 0.0), CovariantState(sb)
+        if not (nw > 0.0 and nu > 0.0):
+            return u, 0.0, CovariantState(sb)
+        a = lr_t * (nw / nu)
+        if not safe_factor(a, x.dtype):
+            u, _ = unit_scaled(u)
+            a = lr_t * (nw / self._norm(u, "u", path))
+        return u, a, CovariantState(sb)
 
     def update_leaf(self, ctx, s, x, g, path):
-        u, ratio, s = self._ratio(s, x, g, path, ctx)
-        if ratio > 0.0:
-            sub_scaled(x.reshape(-1), u.reshape(-1), x.dtype.type(ctx.lr_t * ratio))
+        u, a, s = self._ratio(s, x, g, path, ctx, ctx.lr_t)
+        if a > 0.0:
+            sub_scaled(x.reshape(-1), u.reshape(-1), x.dtype.type(a))
         return x, s
 
     def direction_leaf(self, ctx, s, x, g, path):
-        u, ratio, s = self._ratio(s, x, g, path, ctx)
-        scale(u.reshape(-1), x.dtype.type(ratio))
+        u, a, s = self._ratio(s, x, g, path, ctx, 1.0)
+        scale(u.reshape(-1), x.dtype.type(a))
         return u, s
 
 

@@ -84,16 +84,27 @@ def _max_abs(a):
     return m
 
 
+def _fsum(out: np.ndarray) -> float:
+    """math.fsum of non-negative block sums; inf (not OverflowError) when the exact sum overflows."""
+    try:
+        return math.fsum(out)
+    except OverflowError:
+        return math.inf
+
+
 def _finish_norm(flat: np.ndarray, out: np.ndarray) -> float:
-    """sqrt of the block sums (added exactly), or the scaled recomputation when they over/underflowed."""
-    s = math.fsum(out)
+    """sqrt of the block sums (added exactly), or the scaled recomputation when they over/underflowed;
+    nan when an element is nan (a square is nan only for a nan element, so the sum is nan then)."""
+    s = _fsum(out)
+    if math.isnan(s):
+        return math.nan
     if 1e-280 <= s <= 1e280 or s == 0.0 and _max_abs(flat) == 0.0:
         return math.sqrt(s)
     m = _max_abs(flat)
     if not math.isfinite(m) or m == 0.0:
         return m
     _sumsq_kernel(flat, out, NORM_BLOCK, m)
-    return m * math.sqrt(math.fsum(out))
+    return m * math.sqrt(_fsum(out))
 
 
 def _blocks(n: int) -> np.ndarray:
@@ -107,7 +118,7 @@ def fro_norm(a: np.ndarray) -> float:
     elements, the block sums added exactly (``math.fsum``), so the result does not depend on the thread
     count; when the plain sum of squares would overflow or lose precision to underflow (outside
     [1e-280, 1e280]) the array is first divided by its largest magnitude, as LAPACK's nrm2 scales.
-    Returns 0.0 for an empty or all-zero array; inf if ``a`` holds an inf.
+    Returns 0.0 for an empty or all-zero array; nan if ``a`` holds a nan; otherwise inf if it holds an inf.
     """
     flat = np.ascontiguousarray(a).reshape(-1)
     if flat.size == 0:
@@ -125,6 +136,26 @@ def sub_scaled_norm(x: np.ndarray, u: np.ndarray, a) -> float:
     out = _blocks(x.size)
     _sub_scaled_sumsq_kernel(x, u, a, out, NORM_BLOCK)
     return _finish_norm(x, out)
+
+
+def max_abs(a: np.ndarray) -> float:
+    """max |a_i| over the whole array as a Python float (0.0 when empty; nan elements are skipped)."""
+    return _max_abs(np.ascontiguousarray(a).reshape(-1)) if a.size else 0.0
+
+
+def safe_factor(a: float, dtype) -> bool:
+    """True when the float64 scalar ``a`` >= 0 is exactly 0 or a finite normal number of ``dtype``, so
+    that multiplying an array of ``dtype`` by it neither overflows the scalar nor loses its precision."""
+    fi = np.finfo(dtype)
+    return a == 0.0 or float(fi.tiny) <= a <= float(fi.max)
+
+
+def unit_scaled(u: np.ndarray) -> tuple[np.ndarray, float]:
+    """(v, m) with m = max|u| and v = u / m (a new array of u's dtype, entries in [-1, 1]): the direction
+    rescaled so that its norm is in [1, sqrt(size)], whatever the magnitude of u (tiny subnormal or huge).
+    Needs m > 0 finite."""
+    m = max_abs(u)
+    return u / u.dtype.type(m), m
 
 
 def _sub_scaled(x, u, a):
@@ -261,7 +292,10 @@ class Hyperball(Rule):
     Raises: ValueError for a bad base (see :func:`check_direction_base`), lr < 0, radius <= 0 or not
       finite; at :func:`refopt.init`, ValueError naming the array when radius is None and the array is
       all zero (its sphere would be the single point 0 and it could never move: give ``radius`` or
-      partition it to another rule).
+      partition it to another rule), or when the array holds nan or inf; during a step,
+      FloatingPointError naming the array when the weights or the base direction hold nan or inf.
+      A tiny (even subnormal) or huge non-zero u is rescaled by 1/max|u| before its norm is taken, so
+      the step is lr*gamma_t*R*N(u) whatever the magnitude of u.
     """
 
     base: Rule
@@ -277,6 +311,8 @@ class Hyperball(Rule):
         _checks.schedule(self.schedule)
 
     def init_leaf(self, x, path):
+        if not np.isfinite(x).all():
+            raise ValueError(f"Hyperball: the array at {path} holds nan or inf; parameters must be finite")
         r = fro_norm(x) if self.radius is None else float(self.radius)
         if r == 0.0:
             raise ValueError(f"Hyperball: the array at {path} is all zero, so its radius ||W_0||_F is 0 and it "
@@ -299,11 +335,24 @@ class Hyperball(Rule):
         d = x.dtype.type
         r = float(s.radius)
         nu = fro_norm(u)
+        if not math.isfinite(nu):
+            if not np.isfinite(x).all():
+                raise FloatingPointError(f"Hyperball: the weights at {path} hold nan or inf: parameters must be "
+                                         f"finite")
+            raise FloatingPointError(f"Hyperball: the direction of the base rule {type(self.base).__name__} at "
+                                     f"{path} holds nan or inf (||u||_F = {nu!r})")
         flat = x.reshape(-1)
         if nu > 0.0:                                                     # y = W - lr_t*R*u/||u||
-            ny = sub_scaled_norm(flat, u.reshape(-1), d(ctx.lr_t * r / nu))
+            a = ctx.lr_t * r / nu
+            if not safe_factor(a, x.dtype):                              # tiny or huge u: use u/max|u|
+                u, _ = unit_scaled(u)
+                a = ctx.lr_t * r / fro_norm(u)
+            ny = sub_scaled_norm(flat, u.reshape(-1), d(a))
         else:
             ny = fro_norm(flat)
+        if not math.isfinite(ny):
+            raise FloatingPointError(f"Hyperball: the weights at {path} hold nan or inf (||y||_F = {ny!r}): "
+                                     f"parameters must be finite")
         if ny > 0.0:
             scale(flat, d(r / ny))                                       # W = R*y/||y||
         return x, HyperballState(s.radius, sb)
