@@ -327,12 +327,14 @@ def save(path: str | os.PathLike, params: Any, state: OptState, rule: Rule | Non
     try:
         with os.fdopen(fd, "wb") as f:
             with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
-                z.writestr(META_NAME, text)
+                # fixed member timestamps and modes: the same checkpoint gives the same bytes
+                z.writestr(_member(META_NAME), text)
                 for key, a in arrays.items():
-                    with z.open(key + ".npy", "w", force_zip64=True) as m:
+                    with z.open(_member(key + ".npy"), "w", force_zip64=True) as m:
                         np.lib.format.write_array(m, a, allow_pickle=False)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -346,6 +348,19 @@ def save(path: str | os.PathLike, params: Any, state: OptState, rule: Rule | Non
             os.close(dfd)
     except OSError:
         pass
+
+
+def _member(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.external_attr = 0o644 << 16
+    info.compress_type = zipfile.ZIP_STORED
+    return info
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _open(path) -> zipfile.ZipFile:

@@ -475,3 +475,25 @@ def test_update_inplace_rejects_aliased_params():
     p2 = [halves[:2], halves[2:]]
     refopt.update_(refopt.SGD(lr=0.1), refopt.init(refopt.SGD(lr=0.1), p2), p2, [np.ones(2), np.ones(2)])
     assert np.allclose(halves, 0.9)
+
+
+def test_hyperparameters_that_do_not_fit_float32_are_rejected():
+    x = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="eps = 1e-50 is 0 in float32"):
+        refopt.update(refopt.Adam(eps=1e-50), refopt.init(refopt.Adam(eps=1e-50), x), x, x)
+    big = refopt.SGD(lr=0.1, schedule=lambda t: 1e300)
+    with pytest.raises(ValueError, match="is not finite in float32"):
+        refopt.update(big, refopt.init(big, x), x, x)
+    # the same hyperparameters are fine in float64
+    x64 = np.ones(3)
+    y, _ = refopt.update(refopt.Adam(eps=1e-50), refopt.init(refopt.Adam(eps=1e-50), x64), x64, x64)
+    assert np.isfinite(y).all()
+
+
+def test_numpy_scalar_hyperparameters_are_accepted_and_bools_rejected():
+    assert refopt.Adam(lr=np.float32(0.5)).lr == np.float32(0.5)
+    refopt.SGD(lr=np.int64(1), momentum=np.float64(0.5))
+    with pytest.raises(ValueError, match="lr must be a finite number"):
+        refopt.SGD(lr=True)
+    with pytest.raises(ValueError, match="nesterov must be True or False"):
+        refopt.SGD(lr=0.1, momentum=0.9, nesterov="yes")

@@ -177,3 +177,10 @@ def test_gpt_data_file_errors(tmp_path, capsys):
     short.write_text("abc")
     assert main(["train", "--data", str(short), "--out", str(tmp_path / "o"), "--steps", "1", *GPT_TINY]) == 2
     assert "too short" in capsys.readouterr().err
+
+
+def test_checkpoint_bytes_are_reproducible(tmp_path):
+    for name in ("a", "b"):
+        assert main(["train", "--out", str(tmp_path / name), "--optimizer", "adamw", *TINY]) == 0
+    a, b = ((tmp_path / n / "checkpoint.npz").read_bytes() for n in ("a", "b"))
+    assert a == b

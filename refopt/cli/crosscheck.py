@@ -52,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for peer, why in missing.items():
         print(f"note: skipping {peer}: {why}", file=sys.stderr)
+    if len(missing) == len(wanted):
+        print("refopt crosscheck: none of the peers is installed, nothing was checked "
+              "(pip install torch==2.13.0 jax jaxlib optax schedulefree)", file=sys.stderr)
+        return 2
     presets = [p for p in presets if p.peer not in missing or p.make_rule is None]
     results = run_all(presets, tuple(args.problems), args.steps, args.dtype, args.seed)
     print(table(results))

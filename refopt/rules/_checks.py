@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Callable
+
+import numpy as np
 
 
 def finite_number(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+    """``value`` as a float; Python and numpy real scalars are accepted, bools are not."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return float(value)
 
@@ -46,3 +50,19 @@ def schedule_multiplier(sched: Callable[[int], float] | None, t: int) -> float:
     if not math.isfinite(gamma) or gamma < 0:
         raise ValueError(f"schedule({t}) = {gamma!r}; a schedule multiplier must be finite and >= 0")
     return gamma
+
+
+def boolean(name: str, value) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def cast(dtype, name: str, value: float, positive: bool = False):
+    """``value`` cast to the array dtype; ValueError if the cast overflows to inf or, for a positive
+    hyperparameter such as eps, underflows to 0 (e.g. eps = 1e-50 in float32)."""
+    with np.errstate(over="ignore"):
+        v = dtype.type(value)
+    if not np.isfinite(v) or (positive and v == 0):
+        raise ValueError(f"{name} = {value!r} is {'0' if np.isfinite(v) else 'not finite'} in {dtype}; choose a "
+                         f"value that {dtype} can represent")
+    return v

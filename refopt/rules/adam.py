@@ -73,7 +73,9 @@ class _AdamBase(Rule):
         return AdamContext(t, lr_t, lr_t / bc1, math.sqrt(bc2), decay, l2, nest_m, nest_g), glob
 
     def _scalars(self, c: AdamContext, d):
-        return (d(self.beta1), d(1.0 - self.beta1), d(self.beta2), d(1.0 - self.beta2), d(self.eps),
+        eps = _checks.cast(np.dtype(d), "eps", self.eps, positive=True)
+        _checks.cast(np.dtype(d), "lr * schedule(t) / (1 - beta1**t)", c.step_size)
+        return (d(self.beta1), d(1.0 - self.beta1), d(self.beta2), d(1.0 - self.beta2), eps,
                 d(c.sqrt_bc2), d(c.l2))
 
     def update_leaf(self, ctx, s, x, g, path):

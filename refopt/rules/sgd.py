@@ -56,6 +56,7 @@ class SGD(Rule):
         _checks.unit_interval("dampening", self.dampening)
         _checks.nonnegative("weight_decay", self.weight_decay)
         _checks.schedule(self.schedule)
+        _checks.boolean("nesterov", self.nesterov)
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ValueError("nesterov=True needs momentum > 0 and dampening = 0")
 
@@ -74,7 +75,8 @@ class SGD(Rule):
 
     def update_leaf(self, ctx, s, x, g, path):
         d = x.dtype.type
-        _sgd_step(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.b.reshape(-1), d(ctx[1]),
+        _sgd_step(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.b.reshape(-1),
+                  _checks.cast(x.dtype, "lr * schedule(t)", ctx[1]),
                   *self._scalars(ctx, d))
         return x, s
 
