@@ -19,7 +19,7 @@ import numpy as np
 
 #: arrays with at least this many elements use the multi-threaded kernel (below it, thread start-up and,
 #: on a busy machine, waiting for the worker threads to be scheduled cost more than the loop)
-PARALLEL_MIN_SIZE = 1 << 20
+PARALLEL_MIN_SIZE = 1 << 16
 
 
 def elementwise(fn):
