@@ -120,7 +120,7 @@ def _template(rule: Rule, x: np.ndarray, path: str):
             _TEMPLATES.clear()
         standin = np.ones((1,) * x.ndim, x.dtype)
         try:
-            tl, _, td = T.flatten(rule.init_leaf(standin, path))
+            tl, _, td = T.flatten(rule.init_leaf(standin, path), with_paths=False)
         except Exception:  # the rule cannot build a stand-in state: skip the check for this leaf
             tl, td = None, None
         hit = _TEMPLATES[key] = (rule, standin.shape, tl, td)
@@ -137,7 +137,7 @@ def _check_leaf_state(rule: Rule, s: Any, x: np.ndarray, path: str) -> None:
     standin_shape, tl, td = _template(rule, x, path)
     if td is None:
         return
-    sl, _, sd = T.flatten(s)
+    sl, _, sd = T.flatten(s, with_paths=False)
     if sd != td:
         raise ValueError(f"the state at {path} ({T.first_difference(td, sd)}) is not the state "
                          f"{type(rule).__name__} makes; was it made by another rule?")

@@ -49,6 +49,9 @@ class TreeDef(NamedTuple):
         return "(" + inner + ("," if len(self.children) == 1 else "") + ")"
 
 
+_LEAF = TreeDef("leaf", None, ())
+
+
 def _key_path(prefix: str, key: Any) -> str:
     if isinstance(key, str):
         return f"{prefix}.{key}" if key.isidentifier() else f"{prefix}[{key!r}]"
@@ -71,11 +74,13 @@ def _children(node: Any) -> tuple[str, Any, list[tuple[Any, Any]]]:
     return "leaf", None, []
 
 
-def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tuple[list, list[str], TreeDef]:
+def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None,
+            with_paths: bool = True) -> tuple[list, list[str], TreeDef]:
     """Flatten ``tree`` into ``(leaves, paths, treedef)`` in a fixed depth-first order.
 
     ``is_leaf(node) -> bool`` may stop the descent early (e.g. to treat per-leaf state NamedTuples as
     leaves). The walk recurses once per level of container nesting (a handful for real models).
+    ``with_paths=False`` skips building the path strings (``paths`` is then empty), for hot loops.
     """
     leaves: list = []
     paths: list[str] = []
@@ -84,23 +89,26 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tuple[li
         if is_leaf is not None and is_leaf(node):
             leaves.append(node)
             paths.append(path or ROOT)
-            return TreeDef("leaf", None, ())
+            return _LEAF
         kind, meta, items = _children(node)
         if kind == "leaf":
             leaves.append(node)
             paths.append(path or ROOT)
-            return TreeDef("leaf", None, ())
-        kids = tuple(build(child, _key_path(path, key)) for key, child in items)
+            return _LEAF
+        if with_paths:
+            kids = tuple(build(child, _key_path(path, key)) for key, child in items)
+        else:
+            kids = tuple(build(child, "") for _, child in items)
         return TreeDef(kind, meta, kids)
 
     treedef = build(tree, "")
-    paths = [p[1:] if p.startswith(".") else p for p in paths]
+    paths = [p[1:] if p.startswith(".") else p for p in paths] if with_paths else []
     return leaves, paths, treedef
 
 
 def leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
     """The leaves of ``tree`` in flatten order."""
-    return flatten(tree, is_leaf)[0]
+    return flatten(tree, is_leaf, with_paths=False)[0]
 
 
 def paths(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[str]:
