@@ -111,45 +111,48 @@ _TEMPLATES: dict = {}
 
 
 def _template(rule: Rule, x: np.ndarray, path: str):
-    """What ``rule.init_leaf`` makes for an array like ``x`` at ``path``: built once on a stand-in of
-    ones with x's dtype and ndim and every dimension 1, then cached (the rule is kept alive with it)."""
-    key = (id(rule), path, x.dtype.str, x.ndim)
+    """What ``rule.init_leaf`` makes for ``x`` at ``path``, as (treedef, [(shape, dtype) of each array, or
+    the value of each string]); built once per rule, path, dtype and shape, then cached (the rule is kept
+    alive with it; the arrays themselves are not kept)."""
+    key = (id(rule), path, x.dtype.str, x.shape)
     hit = _TEMPLATES.get(key)
     if hit is None or hit[0] is not rule:
         if len(_TEMPLATES) > 4096:
             _TEMPLATES.clear()
-        standin = np.ones((1,) * x.ndim, x.dtype)
         try:
-            tl, _, td = T.flatten(rule.init_leaf(standin, path), with_paths=False)
-        except Exception:  # the rule cannot build a stand-in state: skip the check for this leaf
-            tl, td = None, None
-        hit = _TEMPLATES[key] = (rule, standin.shape, tl, td)
+            tl, _, td = T.flatten(rule.init_leaf(x if x.flags.c_contiguous else np.array(x, order="C"), path),
+                                  with_paths=False)
+            spec = [(a.shape, a.dtype) if isinstance(a, np.ndarray) else (a if isinstance(a, str) else None)
+                    for a in tl]
+        except Exception:  # the rule cannot rebuild a state for the current x: skip the check for this leaf
+            spec, td = None, None
+        hit = _TEMPLATES[key] = (rule, spec, td)
     return hit[1:]
 
 
 def _check_leaf_state(rule: Rule, s: Any, x: np.ndarray, path: str) -> None:
     """The per-array state ``s`` must be what ``rule.init_leaf`` makes for ``x``: the same NamedTuple
-    types, arrays of x's shape (or the fixed shape of, e.g., a 0-d radius) and dtype. Otherwise a kernel
-    would index past an array, so this raises ``ValueError`` naming the path."""
+    types, arrays of the same shapes (x's, or the fixed shape of e.g. a 0-d radius) and dtypes. Otherwise
+    a kernel would index past an array, so this raises ``ValueError`` naming the path."""
     if not (isinstance(s, tuple) and hasattr(type(s), "_fields")):
         raise ValueError(f"state.leaves at {path} is a {type(s).__name__}, not the per-array state of "
                          f"{type(rule).__name__}; was the state made for other params?")
-    standin_shape, tl, td = _template(rule, x, path)
+    spec, td = _template(rule, x, path)
     if td is None:
         return
     sl, _, sd = T.flatten(s, with_paths=False)
     if sd != td:
         raise ValueError(f"the state at {path} ({T.first_difference(td, sd)}) is not the state "
                          f"{type(rule).__name__} makes; was it made by another rule?")
-    for a_t, a_s in zip(tl, sl):
-        if isinstance(a_t, np.ndarray):
-            want = x.shape if a_t.shape == standin_shape else a_t.shape
-            if not isinstance(a_s, np.ndarray) or a_s.shape != want or a_s.dtype != a_t.dtype:
+    for want, a_s in zip(spec, sl):
+        if isinstance(want, tuple):
+            shape, dtype = want
+            if not isinstance(a_s, np.ndarray) or a_s.shape != shape or a_s.dtype != dtype:
                 got = f"{a_s.dtype} {a_s.shape}" if isinstance(a_s, np.ndarray) else type(a_s).__name__
-                raise ValueError(f"state array at {path} is {got}, expected {a_t.dtype} {want} for params "
+                raise ValueError(f"state array at {path} is {got}, expected {dtype} {shape} for params "
                                  f"{x.dtype} {x.shape}; was the state made for other params?")
-        elif isinstance(a_t, str) and a_s != a_t:
-            raise ValueError(f"state at {path} holds {a_s!r} where {type(rule).__name__} expects {a_t!r}")
+        elif isinstance(want, str) and a_s != want:
+            raise ValueError(f"state at {path} holds {a_s!r} where {type(rule).__name__} expects {want!r}")
 
 
 def _check_no_aliasing(xs: list, paths: list[str]) -> None:

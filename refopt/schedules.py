@@ -290,6 +290,7 @@ class WSD(Schedule):
         _number("final", self.final, 0.0, 1.0)
         if self.decay not in ("linear", "cosine"):
             raise ValueError(f"decay must be 'linear' or 'cosine', got {self.decay!r}")
+        object.__setattr__(self, "_joined", self._join())  # built once, not on every call
 
     def _join(self) -> Join:
         w, d, tot = self.warmup_steps, self.decay_steps, self.total_steps
@@ -297,7 +298,7 @@ class WSD(Schedule):
         return Join(((w, LinearWarmup(w)), (tot - w - d, Constant()), (d, dec)))
 
     def _at(self, t):
-        return self._join()._at(t)
+        return self._joined._at(t)
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int, floor: float = 0.0) -> Join:

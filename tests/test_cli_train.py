@@ -184,3 +184,12 @@ def test_checkpoint_bytes_are_reproducible(tmp_path):
         assert main(["train", "--out", str(tmp_path / name), "--optimizer", "adamw", *TINY]) == 0
     a, b = ((tmp_path / n / "checkpoint.npz").read_bytes() for n in ("a", "b"))
     assert a == b
+
+
+def test_schedule_free_warmup_is_logged_in_the_lr_column(tmp_path):
+    assert main(["train", "--out", str(tmp_path), "--optimizer", "schedulefree-sgd", "--lr", "0.5",
+                 "--warmup", "4", *TINY]) == 0
+    lrs = [float(r["lr"]) for r in _read_metrics(tmp_path / "metrics.csv")[:6]]
+    assert lrs == [0.125, 0.25, 0.375, 0.5, 0.5, 0.5]
+    rule = json.loads((tmp_path / "config.json").read_text())["rule"]
+    assert rule["warmup_steps"] == 4 and rule["schedule"] is None

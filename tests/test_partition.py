@@ -281,3 +281,15 @@ def test_matrix_labels():
     assert matrix_labels("x", np.zeros((2, 3))) == "hidden"
     assert matrix_labels("x", np.zeros(3)) == "other"
     assert matrix_labels("x", np.zeros((2, 3, 4))) == "other"
+
+
+def test_shape_dependent_labels_function_updates():
+    # the driver's state check must rebuild the expected state from the real array, not a stand-in
+    rules = {"hidden": refopt.Muon(lr=0.02), "other": refopt.AdamW(lr=1e-3)}
+    rule = Partition(rules=rules, labels=lambda p, x: "hidden" if x.size >= 4 else "other")
+    params = {"a": np.ones((2, 3)), "b": np.ones(3)}
+    grads = {"a": np.arange(6.0).reshape(2, 3), "b": np.ones(3)}
+    s = refopt.init(rule, params)
+    new, _ = refopt.update(rule, s, params, grads)
+    alone, _ = refopt.update(rules["hidden"], refopt.init(rules["hidden"], params["a"]), params["a"], grads["a"])
+    assert np.array_equal(new["a"], alone)

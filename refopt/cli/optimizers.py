@@ -138,7 +138,8 @@ def build_schedule(args, steps: int):
     if args.optimizer in SCHEDULE_FREE:
         if args.schedule not in (None, "constant"):
             raise ValueError(f"{args.optimizer} is schedule-free: use --warmup only, not --schedule {args.schedule}")
-        return None
+        # the rule applies this warmup itself (warmup_steps, the same t/W); returned so the lr is logged right
+        return schedules.LinearWarmup(args.warmup) if args.warmup else None
     if args.warmup > steps:
         raise ValueError(f"--warmup {args.warmup} exceeds the {steps} steps of the run")
     if args.schedule == "cosine":

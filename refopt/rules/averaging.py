@@ -59,6 +59,9 @@ class _Averaging(Rule):
         sb = self.base.init_leaf(x, path)
         return AverageState(np.array(self.base.eval_leaf(sb, x, path), order="C", copy=True), sb)
 
+    def check_params(self, paths):
+        self.base.check_params(paths)
+
     def init_global(self):
         return self.base.init_global()
 

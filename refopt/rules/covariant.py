@@ -121,6 +121,9 @@ class Covariant(Rule):
     def init_leaf(self, x, path):
         return CovariantState(self.base.init_leaf(x, path))
 
+    def check_params(self, paths):
+        self.base.check_params(paths)
+
     def init_global(self):
         return self.base.init_global()
 

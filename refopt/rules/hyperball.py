@@ -323,6 +323,9 @@ class Hyperball(Rule):
             raise ValueError(f"Hyperball: the radius {r!r} of the array at {path} is not finite in {x.dtype}")
         return HyperballState(radius, self.base.init_leaf(x, path))
 
+    def check_params(self, paths):
+        self.base.check_params(paths)
+
     def init_global(self):
         return self.base.init_global()
 
