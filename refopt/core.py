@@ -184,8 +184,17 @@ def init(rule: Rule, params: Any) -> OptState:
     return OptState(0, rule.init_global(), T.unflatten(td, leaves))
 
 
-def _copy_state(s: Any) -> Any:
-    return T.copy(s)
+def _step(rule: Rule, state: OptState, td: T.TreeDef, xs: list, gs: list, ss: list, paths: list[str], leaf_fn):
+    """The step loop shared by update, update_ and direction: the step's context once, then
+    ``leaf_fn(ctx, s, x, g, path) -> (array, s)`` on every leaf (the callers decide what may be written)."""
+    t = state.t + 1
+    ctx, glob = rule.context(t, state.glob)
+    out, new_s = [], []
+    for x, g, s, p in zip(xs, gs, ss, paths):
+        a, sn = leaf_fn(ctx, s, x, g, p)
+        out.append(a)
+        new_s.append(sn)
+    return T.unflatten(td, out), OptState(t, glob, T.unflatten(td, new_s))
 
 
 def update(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any, OptState]:
@@ -202,14 +211,8 @@ def update(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any, O
     """
     xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
     _check_finite(gs, paths)
-    t = state.t + 1
-    ctx, glob = rule.context(t, state.glob)
-    new_x, new_s = [], []
-    for x, g, s, p in zip(xs, gs, ss, paths):
-        xn, sn = rule.update_leaf(ctx, _copy_state(s), np.array(x, order="C", copy=True), g, p)
-        new_x.append(xn)
-        new_s.append(sn)
-    return T.unflatten(td, new_x), OptState(t, glob, T.unflatten(td, new_s))
+    return _step(rule, state, td, [np.array(x, order="C", copy=True) for x in xs], gs, [T.copy(s) for s in ss],
+                 paths, rule.update_leaf)
 
 
 def update_(rule: Rule, state: OptState, params: Any, grads: Any,
@@ -235,14 +238,7 @@ def update_(rule: Rule, state: OptState, params: Any, grads: Any,
     _check_no_aliasing(xs, paths)
     if check_finite:
         _check_finite(gs, paths)
-    t = state.t + 1
-    ctx, glob = rule.context(t, state.glob)
-    new_x, new_s = [], []
-    for x, g, s, p in zip(xs, gs, ss, paths):
-        xn, sn = rule.update_leaf(ctx, s, x, g, p)
-        new_x.append(xn)
-        new_s.append(sn)
-    return T.unflatten(td, new_x), OptState(t, glob, T.unflatten(td, new_s))
+    return _step(rule, state, td, xs, gs, ss, paths, rule.update_leaf)
 
 
 def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any, OptState]:
@@ -254,14 +250,7 @@ def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any
     (Hyperball, Average, EMA, Schedule-Free, Partition)."""
     xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
     _check_finite(gs, paths)
-    t = state.t + 1
-    ctx, glob = rule.context(t, state.glob)
-    us, new_s = [], []
-    for x, g, s, p in zip(xs, gs, ss, paths):
-        u, sn = rule.direction_leaf(ctx, _copy_state(s), x, g, p)
-        us.append(u)
-        new_s.append(sn)
-    return T.unflatten(td, us), OptState(t, glob, T.unflatten(td, new_s))
+    return _step(rule, state, td, xs, gs, [T.copy(s) for s in ss], paths, rule.direction_leaf)
 
 
 def eval_params(rule: Rule, state: OptState, params: Any) -> Any:

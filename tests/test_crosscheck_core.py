@@ -1,14 +1,13 @@
 """The cross-check machinery without any peer installed: the preset table, the problems, the
 comparison figures (against hand-computed values), the 'peer not installed' paths and the CLI."""
 import argparse
-import sys
 
 import numpy as np
 import pytest
 
 from refopt.crosscheck import peers
 from refopt.crosscheck.presets import FAMILIES, MISCONFIGURED, PEERS, PRESETS, select
-from refopt.crosscheck.problems import PROBLEMS, make_problem
+from refopt.crosscheck.problems import make_problem
 from refopt.crosscheck.run import Trajectory, check, compare, run_preset
 
 

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import platform
-import sys
 from importlib import metadata
 
 import numpy as np
@@ -41,13 +39,6 @@ def package_versions(names=("refopt", "numpy", "numba", "scipy", "scikit-learn",
         except metadata.PackageNotFoundError:
             out[n] = None
     return out
-
-
-def sha256_arrays(*arrays: np.ndarray) -> str:
-    h = hashlib.sha256()
-    for a in arrays:
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
 
 
 def write_json(path: str, obj: dict) -> None:
@@ -101,7 +92,3 @@ def plot_curves(path: str, curves: dict[str, tuple[list, list]], xlabel: str, yl
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
-
-
-def command_line() -> str:
-    return " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])

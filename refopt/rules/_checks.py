@@ -53,7 +53,8 @@ def schedule_multiplier(sched: Callable[[int], float] | None, t: int) -> float:
 
 
 def boolean(name: str, value) -> None:
-    if not isinstance(value, (bool, np.bool_)):
+    """A Python bool (not a numpy bool: rules are stored as JSON in checkpoints)."""
+    if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
 
 

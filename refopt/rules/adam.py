@@ -51,8 +51,7 @@ class _AdamBase(Rule):
         _checks.positive("eps", self.eps)
         _checks.nonnegative("weight_decay", self.weight_decay)
         _checks.schedule(self.schedule)
-        if not isinstance(self.nesterov, bool):
-            raise ValueError(f"nesterov must be a bool, got {self.nesterov!r}")
+        _checks.boolean("nesterov", self.nesterov)
 
     def init_leaf(self, x, path):
         return AdamState(np.zeros_like(x), np.zeros_like(x))

@@ -152,8 +152,7 @@ class EMA(_Averaging):
     def __post_init__(self):
         self._check_base("EMA")
         _checks.unit_interval("decay", self.decay)
-        if not isinstance(self.debias, bool):
-            raise ValueError(f"debias must be True or False, got {self.debias!r}")
+        _checks.boolean("debias", self.debias)
 
     def _weights(self, t):
         b = float(self.decay)

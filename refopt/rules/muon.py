@@ -134,8 +134,7 @@ class Muon(Rule):
     def __post_init__(self):
         _checks.nonnegative("lr", self.lr)
         _checks.unit_interval("momentum", self.momentum)
-        if not isinstance(self.nesterov, bool):
-            raise ValueError(f"nesterov must be a bool, got {self.nesterov!r}")
+        _checks.boolean("nesterov", self.nesterov)
         _checks.one_of("msign", self.msign, {"newton_schulz", "svd"})
         if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) or not 1 <= self.ns_steps < 100:
             raise ValueError(f"ns_steps must be an int in [1, 100), got {self.ns_steps!r}")

@@ -107,8 +107,7 @@ class _SFBase(Rule):
         _checks.nonnegative("weight_lr_power", self.weight_lr_power)
         _checks.nonnegative("weight_decay", self.weight_decay)
         _checks.schedule(self.schedule)
-        if not isinstance(self.warmup_lag, bool):
-            raise ValueError(f"warmup_lag must be a bool, got {self.warmup_lag!r}")
+        _checks.boolean("warmup_lag", self.warmup_lag)
 
     def init_global(self) -> SFGlobal:
         return SFGlobal(0, 0.0, -1.0)
@@ -247,8 +246,7 @@ class ScheduleFreeAdamW(_SFBase):
             raise ValueError(f"beta1 must be in [0, 1], got {self.beta1!r}")
         _checks.unit_interval("beta2", self.beta2)
         _checks.positive("eps", self.eps)
-        if not isinstance(self.decay_at_z, bool):
-            raise ValueError(f"decay_at_z must be a bool, got {self.decay_at_z!r}")
+        _checks.boolean("decay_at_z", self.decay_at_z)
 
     def init_leaf(self, x, path):
         return SFAdamWState(np.array(x, order="C", copy=True), np.array(x, order="C", copy=True),
