@@ -73,8 +73,8 @@ def _train(rule, params, data, batches, eval_every: int):
     return np.array(at), np.array(raw), np.array(ev), params
 
 
-def run(steps: int = 600, lr: float = 0.2, ema_decay: float = 0.98, hidden: int = 64, batch_size: int = 32,
-        seed: int = 0, eval_every: int = 10, data=None) -> dict:
+def run(steps: int = 1500, lr: float = 0.5, ema_decay: float = 0.98, hidden: int = 64, batch_size: int = 16,
+        seed: int = 0, eval_every: int = 20, data=None) -> dict:
     """Constant-lr SGD (raw, uniform average, EMA) and linear-decay SGD for `steps` steps.
 
     Returns a dict: ``step`` (evaluation steps), test losses ``loss_const`` (raw constant-lr iterate),
@@ -123,13 +123,13 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", default="runs/tutorials", help="output folder")
-    ap.add_argument("--steps", type=int, default=600, help="training steps T")
-    ap.add_argument("--lr", type=float, default=0.2, help="peak SGD learning rate")
+    ap.add_argument("--steps", type=int, default=1500, help="training steps T")
+    ap.add_argument("--lr", type=float, default=0.5, help="peak SGD learning rate")
     ap.add_argument("--ema-decay", type=float, default=0.98)
     ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--eval-every", type=int, default=20)
     a = ap.parse_args(argv)
     if a.steps < 1 or a.eval_every < 1:
         ap.error("--steps and --eval-every must be >= 1")

@@ -138,8 +138,8 @@ class Muon(Rule):
         _checks.one_of("msign", self.msign, {"newton_schulz", "svd"})
         if isinstance(self.ns_steps, bool) or not isinstance(self.ns_steps, int) or not 1 <= self.ns_steps < 100:
             raise ValueError(f"ns_steps must be an int in [1, 100), got {self.ns_steps!r}")
-        try:
-            ns_coefficients(self.ns_coeffs, self.ns_steps)
+        try:  # the per-step rows, resolved once (not per leaf per step)
+            object.__setattr__(self, "_rows", ns_coefficients(self.ns_coeffs, self.ns_steps))
         except ValueError as e:
             raise ValueError(f"ns_coeffs: {e}") from None
         if not isinstance(self.ns_coeffs, str):     # store rows as tuples: hashable, JSON-friendly
@@ -217,7 +217,7 @@ class Muon(Rule):
         M = M.reshape(matrix_shape(g.shape))
         if self.msign == "svd":
             return _msign_svd(M, None)
-        return newton_schulz(M, ns_coefficients(self.ns_coeffs, self.ns_steps), self.eps_mode,
+        return newton_schulz(M, self._rows, self.eps_mode,
                              self.norm_eps, self.norm_factor)
 
     def update_leaf(self, ctx, s, x, g, path):
