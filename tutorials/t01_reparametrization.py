@@ -185,7 +185,8 @@ def plot(results: list[dict], path: str) -> None:
         col = colors.get(r["c"], None)
         if r["c"] != 1.0:
             tag = " (diverged)" if r["diverged_same_lr"] else ""
-            ax1.plot(steps, r["loss_sgd_same_lr"], color=col, lw=1.3, label=f"(b) w_hat=c·w, c={r['c']:g}, same lr{tag}")
+            ax1.plot(steps, r["loss_sgd_same_lr"], color=col, lw=1.3,
+                     label=f"(b) w_hat=c·w, c={r['c']:g}, same lr{tag}")
             ax1.plot(steps, r["loss_sgd_scaled_lr"], color=col, ls=":", lw=2,
                      label=f"(c) c={r['c']:g}, lr·c²={r['lr'] * r['c'] ** 2:g}")
         ax2.plot(steps, r["loss_cov"], color=col, ls="--", lw=1.5,
