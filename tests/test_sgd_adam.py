@@ -60,7 +60,8 @@ class OracleAdam:
         self.lr, self.b1, self.b2, self.eps, self.l2, self.wd, self.mode = lr, b1, b2, eps, l2, wd, mode
         self.sched, self.t = schedule, 0
 
-    def step(self, g):
+    def _moments(self, g):
+        """Advance t, m, v (L2 in g); return (t, dtype, lr_t, g, x after the decoupled/independent decay)."""
         self.t += 1
         t, d = self.t, self.x.dtype.type
         gamma = 1.0 if self.sched is None else float(self.sched(t))
@@ -74,6 +75,10 @@ class OracleAdam:
             x = x * d(1.0 - gamma * self.wd)
         self.m = d(self.b1) * self.m + d(1.0 - self.b1) * g
         self.v = d(self.b2) * self.v + d(1.0 - self.b2) * (g * g)
+        return t, d, lr_t, g, x
+
+    def step(self, g):
+        t, d, lr_t, g, x = self._moments(g)
         bc1, bc2 = 1.0 - self.b1 ** t, 1.0 - self.b2 ** t
         denom = np.sqrt(self.v) / d(math.sqrt(bc2)) + d(self.eps)
         self.x = x - d(lr_t / bc1) * (self.m / denom)
@@ -567,19 +572,7 @@ def test_state_arrays_in_fortran_order_still_update(rule):
 
 class OracleNAdam(OracleAdam):
     def step(self, g):
-        self.t += 1
-        t, d = self.t, self.x.dtype.type
-        gamma = 1.0 if self.sched is None else float(self.sched(t))
-        lr_t = self.lr * gamma
-        x = self.x
-        if self.l2:
-            g = g + d(self.l2) * x
-        if self.mode == "decoupled":
-            x = x * d(1.0 - lr_t * self.wd)
-        elif self.mode == "independent":
-            x = x * d(1.0 - gamma * self.wd)
-        self.m = d(self.b1) * self.m + d(1.0 - self.b1) * g
-        self.v = d(self.b2) * self.v + d(1.0 - self.b2) * (g * g)
+        t, d, lr_t, g, x = self._moments(g)
         mhat = d(self.b1) * (self.m / d(1.0 - self.b1 ** (t + 1))) + d(1.0 - self.b1) * (g / d(1.0 - self.b1 ** t))
         u = mhat / (np.sqrt(self.v) / d(math.sqrt(1.0 - self.b2 ** t)) + d(self.eps))
         self.x = x - d(lr_t) * u
