@@ -40,9 +40,10 @@ import refopt  # noqa: E402
 from refopt.kernels import all_finite, triad  # noqa: E402
 
 try:  # the raw step kernel, to separate kernel time from the tree walk (private; optional)
-    from refopt.rules.adam import _adam_step
+    from refopt.core import cast_context
+    from refopt.rules.adam import _ADAM, AdamState
 except ImportError:  # pragma: no cover
-    _adam_step = None
+    _ADAM = None
 
 
 def gbps(arrays: int, n: int, itemsize: int, ms: float) -> float:
@@ -148,8 +149,6 @@ def main(argv=None) -> None:
     def stept():
         _, stt[0] = refopt.update_(rule, stt[0], xt, gt)
 
-    # b1, 1-b1, b2, 1-b2, eps, sqrt(bc2), l2, step_size, decay
-    kargs = (d(0.9), d(0.1), d(0.999), d(1e-3), d(1e-8), d(0.5), d(0.0), d(2e-3), d(1 - 1e-5))
     s_tri = d(0.5)
     # name -> (callable, arrays moved per element of N)
     cases = {
@@ -162,8 +161,9 @@ def main(argv=None) -> None:
         f"refopt.update_ AdamW {k} leaves x {per:,}, no chk": (lambda: stepk(False), 7),
         f"overhead: update_ on {k} leaves of 10": (stept, 0),
     }
-    if _adam_step is not None:
-        cases["  raw Adam step kernel (no tree walk)"] = (lambda: _adam_step(xr, g, mr, vr, *kargs), 7)
+    if _ADAM is not None:
+        kctx = cast_context(refopt.AdamW(lr=1e-3, weight_decay=0.01).context(2, None)[0], xr.dtype, "AdamW")
+        cases["  raw Adam step kernel (no tree walk)"] = (lambda: _ADAM.step(xr, g, AdamState(mr, vr), kctx), 7)
     if args.prototypes:
         cases["  proto finite check, serial x-x (vectorized)"] = (lambda: _count_nonfinite_serial(g), 1)
         cases["  proto finite check, parallel chunks"] = (

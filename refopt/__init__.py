@@ -15,15 +15,30 @@ from refopt.autograd import check_grads, check_grads_per_leaf, grad, value_and_g
 from refopt.checkpoint import Checkpoint, CheckpointError, load, save
 from refopt.core import OptState, Rule, direction, eval_params, init, update, update_
 from refopt.linalg import msign
-from refopt.rules import (EMA, SGD, Adam, AdamW, Average, Covariant, Hyperball, Muon, Partition,
-                          ScheduleFreeAdamW, ScheduleFreeSGD, gpt_labels, matrix_labels, mlp_labels)
+from refopt.rules import (EMA, SGD, Adam, AdamW, Average, ClipByGlobalNorm, Covariant, Hyperball, Lion, Muon,
+                          Partition, RefoptWarning, ScheduleFreeAdamW, ScheduleFreeSGD, matrix_labels)
 
 __version__ = "0.1.0"
+
+
+def gpt_labels(path, x):
+    """The parameter group ('hidden' / 'other') of one array of the reference GPT: an alias of
+    ``models.gpt.param_label`` (see there), usable as ``Partition(labels=refopt.gpt_labels)``;
+    ``models.gpt.labels(params)`` gives the same as a labels tree."""
+    from models.gpt import param_label
+    return param_label(path, x)
+
+
+def mlp_labels(params, first: str = "hidden", last: str = "other"):
+    """The labels tree of the reference MLP: an alias of ``models.mlp.labels`` (see there)."""
+    from models.mlp import labels
+    return labels(params, first, last)
+
 
 __all__ = [
     "tree", "autograd", "schedules", "value_and_grad", "grad", "check_grads", "check_grads_per_leaf",
     "OptState", "Rule", "init", "update", "update_", "direction", "eval_params", "save", "load", "Checkpoint", "CheckpointError", "msign",
-    "SGD", "Adam", "AdamW", "Muon", "Hyperball", "Covariant", "Average", "EMA",
-    "ScheduleFreeSGD", "ScheduleFreeAdamW", "Partition", "gpt_labels", "matrix_labels", "mlp_labels",
+    "SGD", "Adam", "AdamW", "Lion", "Muon", "Hyperball", "Covariant", "Average", "EMA", "ClipByGlobalNorm",
+    "ScheduleFreeSGD", "ScheduleFreeAdamW", "Partition", "RefoptWarning", "gpt_labels", "matrix_labels", "mlp_labels",
     "__version__",
 ]

@@ -59,11 +59,6 @@ FORMAT_VERSION = 1
 META_NAME = "metadata.json"
 
 
-class CheckpointError(ValueError):
-    """A checkpoint cannot be written (something in it cannot be serialized) or read (truncated,
-    corrupted, a hash mismatch, a missing array, an unknown format version or class)."""
-
-
 class Checkpoint(NamedTuple):
     """What :func:`load` returns: ``params``, ``state`` (an OptState), ``rule`` (None if saved without)
     and ``metadata`` (the keyword arguments given to :func:`save` as ``extra_metadata``)."""
@@ -74,126 +69,10 @@ class Checkpoint(NamedTuple):
     metadata: dict
 
 
-# --- names of refopt objects ------------------------------------------------------------------------
-
-def _qualname(obj: Any) -> list[str]:
-    return [obj.__module__, obj.__qualname__]
-
-
-def _in_refopt(module: str) -> bool:
-    return module == "refopt" or module.startswith("refopt.")
-
-
-def _resolve(module: str, qualname: str) -> Any:
-    """The object ``module.qualname``, importing ``module`` only if it belongs to the refopt package."""
-    if not isinstance(module, str) or not isinstance(qualname, str) or not _in_refopt(module):
-        raise CheckpointError(f"refusing to import {module}.{qualname}: only refopt objects are rebuilt")
-    if "<locals>" in qualname or any(p.startswith("__") for p in qualname.split(".")):
-        raise CheckpointError(f"cannot rebuild the object {module}.{qualname}")
-    try:
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError, ValueError, TypeError) as e:
-        raise CheckpointError(f"unknown refopt object {module}.{qualname} ({e}); "
-                              f"saved by another refopt version?") from None
-    # it must be *defined* there, not merely reachable (refopt.checkpoint.os._exit is not a refopt object)
-    if getattr(obj, "__module__", None) != module or getattr(obj, "__qualname__", None) != qualname:
-        raise CheckpointError(f"refusing {module}.{qualname}: it is not defined in the refopt package")
-    return obj
-
-
-def _importable(obj: Any) -> bool:
-    """True if ``obj`` is reachable as module.qualname inside refopt (so load can rebuild it)."""
-    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or not _in_refopt(module):
-        return False
-    try:
-        return _resolve(module, qualname) is obj
-    except CheckpointError:
-        return False
-
-
-# --- rules and hyperparameters <-> JSON -----------------------------------------------------------
-
-def _encode_value(v: Any, where: str) -> Any:
-    if v is None or isinstance(v, (bool, str)):
-        return v
-    if isinstance(v, (int, float)) and type(v) in (int, float):
-        return v
-    if isinstance(v, np.generic) and v.dtype.kind in "biuf":
-        return {"__npscalar__": v.dtype.str, "value": v.item()}
-    if isinstance(v, tuple) and not hasattr(type(v), "_fields"):
-        return {"__tuple__": [_encode_value(a, f"{where}[{i}]") for i, a in enumerate(v)]}
-    if isinstance(v, list):
-        return [_encode_value(a, f"{where}[{i}]") for i, a in enumerate(v)]
-    if isinstance(v, dict):
-        items = []
-        for k, a in v.items():
-            if type(k) not in (str, int):
-                raise CheckpointError(f"cannot serialize {where}: dict key {k!r} is not a str or int")
-            items.append([k, _encode_value(a, f"{where}[{k!r}]")])
-        return {"__dict__": items}
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        if not _importable(type(v)):
-            raise CheckpointError(f"cannot serialize {where}: {type(v).__module__}.{type(v).__qualname__} is "
-                                  f"not a refopt class; save with rule=None and pass the rule to load")
-        tag = "__rule__" if isinstance(v, Rule) else "__dataclass__"
-        fields = {f.name: _encode_value(getattr(v, f.name), f"{where}.{f.name}")
-                  for f in dataclasses.fields(v) if f.init}
-        return {tag: _qualname(type(v)), "fields": fields}
-    if isinstance(v, _types.FunctionType) and _importable(v):
-        return {"__function__": _qualname(v)}
-    raise CheckpointError(
-        f"cannot serialize {where} = {v!r}: only refopt rules, refopt schedules and functions, and plain "
-        f"numbers, strings, tuples, lists and dicts are stored. A user function (e.g. a lambda schedule or "
-        f"labels function) cannot be: save with rule=None and pass the rule to load(path, rule=...)")
-
-
-def _decode_value(v: Any) -> Any:
-    if isinstance(v, list):
-        return [_decode_value(a) for a in v]
-    if not isinstance(v, dict):
-        return v
-    if "__tuple__" in v:
-        return tuple(_decode_value(a) for a in v["__tuple__"])
-    if "__dict__" in v:
-        return {k: _decode_value(a) for k, a in v["__dict__"]}
-    if "__npscalar__" in v:
-        return np.dtype(v["__npscalar__"]).type(v["value"])
-    if "__function__" in v:
-        f = _resolve(*v["__function__"])
-        if not callable(f):
-            raise CheckpointError(f"{'.'.join(v['__function__'])} is not a function")
-        return f
-    for tag in ("__rule__", "__dataclass__"):
-        if tag in v:
-            cls = _resolve(*v[tag])
-            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or \
-                    (tag == "__rule__" and not issubclass(cls, Rule)):
-                raise CheckpointError(f"{'.'.join(v[tag])} is not a refopt {tag.strip('_')} class")
-            kwargs = {k: _decode_value(a) for k, a in v["fields"].items()}
-            try:
-                return cls(**kwargs)
-            except (TypeError, ValueError) as e:
-                raise CheckpointError(f"cannot rebuild {'.'.join(v[tag])} from the checkpoint: {e}") from None
-    raise CheckpointError(f"unknown entry in the stored rule: {v!r}")
-
-
-def rule_to_json(rule: Rule) -> Any:
-    """The JSON-able description of ``rule`` stored in checkpoints (raises CheckpointError if a field
-    cannot be serialized, e.g. a lambda schedule)."""
-    if not isinstance(rule, Rule):
-        raise CheckpointError(f"expected a refopt rule, got {type(rule).__name__}")
-    return _encode_value(rule, type(rule).__name__)
-
-
-def rule_from_json(desc: Any) -> Rule:
-    """Inverse of :func:`rule_to_json` (imports classes from the refopt package only)."""
-    rule = _decode_value(desc)
-    if not isinstance(rule, Rule):
-        raise CheckpointError("the stored rule is not a refopt rule")
-    return rule
+# rules and hyperparameters <-> JSON live in refopt.serialize (one walker for checkpoints, config.json and
+# golden vectors); these names are kept here for existing callers
+from refopt.serialize import (CheckpointError, _decode_value, _encode_value, _in_refopt, _qualname,  # noqa: E402,F401
+                              _resolve, rule_from_json, rule_to_json)
 
 
 # --- trees <-> (treedef JSON, leaf records, arrays) -----------------------------------------------

@@ -15,19 +15,31 @@ the number of updates applied so far, so ``t = 1`` during the first update), the
 ``glob`` (scalars shared by all leaves, e.g. Schedule-Free's weight sum) and ``leaves``, a tree shaped
 like ``params`` whose leaves are per-array state NamedTuples.
 
-How a rule plugs in (the only contract between this walk and the rule math):
+One step of the walk, in this order (nothing is written before the last item):
 
-* ``rule.init_leaf(x, path) -> NamedTuple``: the state of one array.
-* ``rule.init_global() -> Any``: the rule-wide state (``None`` by default).
-* ``rule.context(t, glob) -> (ctx, new_glob)``: once per step, the step's scalars (``lr * gamma_t``,
-  bias corrections, ...), computed in Python float64 before any array is touched.
-* ``rule.update_leaf(ctx, s, x, g, path) -> (x, s)``: the step for one array. It **writes into** ``x``
-  and the arrays of ``s`` and must not write ``g``. :func:`update` hands it fresh copies and
-  :func:`update_` the caller's own arrays, so both run the very same code and give bit-identical numbers.
-* ``rule.direction_leaf(ctx, s, x, g, path) -> (u, s)``: rules of the form ``x <- x - lr*gamma_t*u``
-  return ``u`` (a new array; the state arrays are written in place). Wrapper rules (Hyperball,
-  Covariant) build on it.
-* ``rule.eval_leaf(s, x, path) -> array``: the weights to evaluate (``x`` by default).
+1. validate: params and grads alike (structure, shapes, dtypes); the state exactly what the rule makes for
+   these params (:meth:`Rule.leaf_spec`: NamedTuple types, every array's shape and dtype);
+2. ``ctx, glob = rule.context(t, glob)``: the step's scalars in Python float64;
+3. cast every float of ``ctx`` to each array dtype present, checked (:func:`cast_context`: a value that
+   overflows, or is non-zero and rounds to 0, raises ``ValueError`` naming it; a step size that rounds to
+   0 is a zero step);
+4. the gradient check (:func:`refopt.kernels.check_grads`): nan/inf, and for second-moment rules a
+   magnitude whose square overflows, raise ``FloatingPointError`` naming the leaf;
+5. ``grads = rule.prepare(ctx, states, params, grads, paths)``: a whole-tree pre-pass (e.g. clipping by
+   the global norm) returning new gradient arrays, never writing the caller's;
+6. per leaf, ``rule.update_leaf(c, s, x, g, path)`` with ``c`` the cast context of x's dtype.
+
+How a rule plugs in (the contract between this walk and the rule math; :class:`Rule` has the defaults):
+
+* ``init_leaf(x, path) -> NamedTuple`` and ``leaf_spec(x, path)``: the state of one array, and what it
+  must look like (a tree like the state with :class:`ArraySpec` leaves for arrays and literal values).
+* ``init_global()``, ``check_params(paths)``, ``after_init(leaves, paths)``, ``context(t, glob) -> (ctx, glob)``, ``prepare(...)``.
+* ``update_leaf(c, s, x, g, path) -> (x, s)`` **writes into** ``x`` and the arrays of ``s`` and must not
+  write ``g``. :func:`update` hands it fresh copies and :func:`update_` the caller's own arrays, so both run
+  the very same code and give bit-identical numbers.
+* ``direction_leaf(c, s, x, g, path) -> (u, s)``, ``eval_leaf(s, x, path) -> array``.
+* ``squares_grads(s) -> bool`` (second-moment rules), ``decoupled_decay() -> bool`` (decay acting on x, not
+  on u; direction wrappers reject it), ``lr_info(ctx) -> {group: lr_t}`` (what :func:`update` reports).
 
 Errors: params/grads trees that differ in structure, shape or dtype raise ``ValueError`` naming the
 leaf path (``layers[1].w``); a non-finite gradient raises ``FloatingPointError`` naming the leaf before
@@ -35,13 +47,14 @@ anything is written; :func:`update_` on a read-only or non-contiguous array rais
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from refopt import tree as T
-from refopt.kernels import all_finite
+from refopt.kernels import check_grads, square_bound
 
 
 class OptState(NamedTuple):
@@ -52,6 +65,22 @@ class OptState(NamedTuple):
     leaves: Any
 
 
+class ArraySpec:
+    """What one state array must be: its ``shape`` and ``dtype`` (a leaf of :meth:`Rule.leaf_spec`)."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    def __repr__(self) -> str:
+        return f"{self.dtype} {self.shape}"
+
+    @classmethod
+    def like(cls, x: np.ndarray) -> "ArraySpec":
+        return cls(x.shape, x.dtype)
+
+
 @dataclass(frozen=True)
 class Rule:
     """Base class of every rule: a frozen record of hyperparameters plus the per-array hooks above."""
@@ -59,14 +88,43 @@ class Rule:
     def init_leaf(self, x: np.ndarray, path: str) -> NamedTuple:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def leaf_spec(self, x: np.ndarray, path: str) -> Any:
+        """The state of ``x`` as :class:`ArraySpec` leaves (default: read off ``init_leaf(x, path)``; its
+        exceptions propagate). Rules whose ``init_leaf`` refuses some arrays override it."""
+        s = self.init_leaf(x, path)
+        return T.tree_map(lambda a: ArraySpec.like(a) if isinstance(a, np.ndarray) else a, s)
+
     def init_global(self) -> Any:
         return None
 
     def check_params(self, paths: list[str]) -> None:
         """Whole-tree check before the per-leaf init (default: nothing; Partition checks its labels)."""
 
+    def after_init(self, leaves: list, paths: list[str]) -> None:
+        """Whole-tree look at the per-leaf states :func:`init` made (default: nothing; Partition warns
+        when one of its rules got no parameter)."""
+
     def context(self, t: int, glob: Any) -> tuple[Any, Any]:
         return t, glob
+
+    def prepare(self, ctx: Any, ss: list, xs: list, gs: list, paths: list[str]) -> list:
+        """Whole-tree pre-pass over the gradients before any leaf is stepped (float64 ``ctx``); returns the
+        gradients the leaves see. Must not write ``gs`` (return new arrays). Default: ``gs`` unchanged."""
+        return gs
+
+    def squares_grads(self, s: Any) -> bool:
+        """True when the leaf's step squares the gradient (a second moment), so |g| must stay below
+        :func:`refopt.kernels.square_bound` (checked before anything is written)."""
+        return False
+
+    def decoupled_decay(self) -> bool:
+        """True when the rule decays x outside its direction u (AdamW's, Muon's, Lion's weight_decay > 0)."""
+        return False
+
+    def lr_info(self, ctx: Any) -> dict:
+        """The learning rate this step applied, per parameter group: ``{"all": lr_t}`` (or ``{}``)."""
+        lr_t = getattr(ctx, "lr_t", None)
+        return {} if lr_t is None else {"all": float(lr_t)}
 
     def update_leaf(self, ctx: Any, s: Any, x: np.ndarray, g: np.ndarray, path: str):  # pragma: no cover
         raise NotImplementedError
@@ -82,23 +140,101 @@ class Rule:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _pairs(rule: Rule, state: OptState, params: Any, grads: Any | None):
-    """Flatten params (and grads, checked against them) and pair each leaf with its state."""
+# --- the checked cast of the step scalars ----------------------------------------------------------
+
+#: step sizes (fields of a step context): one that rounds to 0 in the dtype is a zero step (PITFALLS B06:
+#: the params stay, nothing becomes nan), not an error; they still must not overflow
+STEP_SIZES = frozenset({"lr_t", "step", "lr", "neg_lr", "lr_wd"})
+
+
+def cast_scalar(value: float, dtype, name: str, allow_underflow: bool = False):
+    """``value`` as a scalar of ``dtype``; ``ValueError`` naming it when it is not finite, overflows, or
+    (unless ``allow_underflow``) is non-zero and rounds to 0 in ``dtype``."""
+    with np.errstate(over="ignore", under="ignore"):
+        v = np.dtype(dtype).type(value)
+    if not math.isfinite(value) or not np.isfinite(v) or (value != 0 and v == 0 and not allow_underflow):
+        what = "is 0 (it underflows)" if np.isfinite(v) else "is not finite (it overflows)"
+        raise ValueError(f"{name} = {value!r} {what.replace(' (', f' in {np.dtype(dtype)} (')}; choose "
+                         f"hyperparameters that {np.dtype(dtype)} can represent")
+    return v
+
+
+def cast_context(ctx: Any, dtype, name: str) -> Any:
+    """``ctx`` with every Python/numpy float cast by :func:`cast_scalar` (named ``name.field``; the fields
+    in :data:`STEP_SIZES` may underflow to 0); ints, bools, strings and None kept; NamedTuples, tuples and
+    dicts rebuilt recursively."""
+    if isinstance(ctx, (bool, np.bool_, int, np.integer, str)) or ctx is None:
+        return ctx
+    if isinstance(ctx, (float, np.floating)):
+        return cast_scalar(float(ctx), dtype, name, allow_underflow=name.rsplit(".", 1)[-1] in STEP_SIZES)
+    if isinstance(ctx, dict):
+        return {k: cast_context(v, dtype, f"{name}[{k!r}]") for k, v in ctx.items()}
+    if isinstance(ctx, tuple):
+        names = getattr(type(ctx), "_fields", None)
+        vals = [cast_context(v, dtype, f"{name}.{names[i]}" if names else f"{name}[{i}]")
+                for i, v in enumerate(ctx)]
+        return type(ctx)(*vals) if names else tuple(vals)
+    return ctx
+
+
+# --- validation -----------------------------------------------------------------------------------
+
+_SPECS: dict = {}
+
+
+def _spec(rule: Rule, x: np.ndarray, path: str):
+    """(treedef, leaves) of ``rule.leaf_spec`` for an array like ``x`` at ``path``; cached per rule, path,
+    dtype and shape (the rule is kept alive with it; the arrays are not kept)."""
+    key = (id(rule), path, x.dtype.str, x.shape)
+    hit = _SPECS.get(key)
+    if hit is None or hit[0] is not rule:
+        if len(_SPECS) > 8192:
+            _SPECS.clear()
+        lv, _, td = T.flatten(rule.leaf_spec(x, path), with_paths=False)
+        hit = _SPECS[key] = (rule, td, lv)
+    return hit[1], hit[2]
+
+
+def check_leaf_state(rule: Rule, s: Any, x: np.ndarray, path: str) -> None:
+    """The per-array state ``s`` must be exactly what ``rule`` makes for ``x`` (:meth:`Rule.leaf_spec`): the
+    same NamedTuple types, arrays of the same shapes and dtypes, the same fixed values. Otherwise a kernel
+    could index past an array, so this raises ``ValueError`` naming the path."""
+    td, spec = _spec(rule, x, path)
+    sl, _, sd = T.flatten(s, with_paths=False)
+    if sd != td:
+        raise ValueError(f"the state at {path} ({T.first_difference(td, sd)}) is not the state "
+                         f"{type(rule).__name__} makes for it; was it made by another rule or for other params?")
+    for want, a in zip(spec, sl):
+        if isinstance(want, ArraySpec):
+            if not isinstance(a, np.ndarray) or a.shape != want.shape or a.dtype != want.dtype:
+                got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise ValueError(f"state array at {path} is {got}, expected {want} for params {x.dtype} "
+                                 f"{x.shape}; was the state made for other params?")
+        elif type(a) is not type(want) or a != want:
+            raise ValueError(f"state at {path} holds {a!r} where {type(rule).__name__} expects {want!r}")
+
+
+def check_state(rule: Rule, state: Any, params: Any) -> tuple[list, list, list, T.TreeDef]:
+    """Validate ``state`` against ``rule`` and ``params`` (all of it; see :func:`check_leaf_state`).
+    Returns (param leaves, state leaves, paths, treedef)."""
     if not isinstance(rule, Rule):
         raise TypeError(f"expected a refopt rule, got {type(rule).__name__}")
     if not isinstance(state, OptState):
         raise TypeError(f"expected an OptState from refopt.init, got {type(state).__name__}")
-    if grads is not None:
-        xs, gs, paths, td = T.check_like(params, grads)
-    else:
-        xs, paths, td = T.flatten(params)
-        gs = None
     t = state.t
     if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
         raise ValueError(f"state.t must be an int >= 0 (the number of updates applied), got {t!r}")
+    xs, _, paths, td = T.check_like(params, params, names=("params", "params"))
     ss = T.flatten_up_to(td, state.leaves, name="state.leaves")
     for s, x, p in zip(ss, xs, paths):
-        _check_leaf_state(rule, s, x, p)
+        check_leaf_state(rule, s, x, p)
+    return xs, ss, paths, td
+
+
+def _pairs(rule: Rule, state: OptState, params: Any, grads: Any):
+    """Flatten params and grads (checked against each other) and pair each leaf with its (checked) state."""
+    xs, ss, paths, td = check_state(rule, state, params)
+    _, gs, _, _ = T.check_like(params, grads)
     return xs, gs, ss, paths, td
 
 
@@ -106,53 +242,6 @@ try:  # numpy >= 2
     from numpy.lib.array_utils import byte_bounds as _byte_bounds
 except ImportError:  # pragma: no cover - numpy 1.x
     _byte_bounds = np.byte_bounds
-
-_TEMPLATES: dict = {}
-
-
-def _template(rule: Rule, x: np.ndarray, path: str):
-    """What ``rule.init_leaf`` makes for ``x`` at ``path``, as (treedef, [(shape, dtype) of each array, or
-    the value of each string]); built once per rule, path, dtype and shape, then cached (the rule is kept
-    alive with it; the arrays themselves are not kept)."""
-    key = (id(rule), path, x.dtype.str, x.shape)
-    hit = _TEMPLATES.get(key)
-    if hit is None or hit[0] is not rule:
-        if len(_TEMPLATES) > 4096:
-            _TEMPLATES.clear()
-        try:
-            tl, _, td = T.flatten(rule.init_leaf(x if x.flags.c_contiguous else np.array(x, order="C"), path),
-                                  with_paths=False)
-            spec = [(a.shape, a.dtype) if isinstance(a, np.ndarray) else (a if isinstance(a, str) else None)
-                    for a in tl]
-        except Exception:  # the rule cannot rebuild a state for the current x: skip the check for this leaf
-            spec, td = None, None
-        hit = _TEMPLATES[key] = (rule, spec, td)
-    return hit[1:]
-
-
-def _check_leaf_state(rule: Rule, s: Any, x: np.ndarray, path: str) -> None:
-    """The per-array state ``s`` must be what ``rule.init_leaf`` makes for ``x``: the same NamedTuple
-    types, arrays of the same shapes (x's, or the fixed shape of e.g. a 0-d radius) and dtypes. Otherwise
-    a kernel would index past an array, so this raises ``ValueError`` naming the path."""
-    if not (isinstance(s, tuple) and hasattr(type(s), "_fields")):
-        raise ValueError(f"state.leaves at {path} is a {type(s).__name__}, not the per-array state of "
-                         f"{type(rule).__name__}; was the state made for other params?")
-    spec, td = _template(rule, x, path)
-    if td is None:
-        return
-    sl, _, sd = T.flatten(s, with_paths=False)
-    if sd != td:
-        raise ValueError(f"the state at {path} ({T.first_difference(td, sd)}) is not the state "
-                         f"{type(rule).__name__} makes; was it made by another rule?")
-    for want, a_s in zip(spec, sl):
-        if isinstance(want, tuple):
-            shape, dtype = want
-            if not isinstance(a_s, np.ndarray) or a_s.shape != shape or a_s.dtype != dtype:
-                got = f"{a_s.dtype} {a_s.shape}" if isinstance(a_s, np.ndarray) else type(a_s).__name__
-                raise ValueError(f"state array at {path} is {got}, expected {dtype} {shape} for params "
-                                 f"{x.dtype} {x.shape}; was the state made for other params?")
-        elif isinstance(want, str) and a_s != want:
-            raise ValueError(f"state at {path} holds {a_s!r} where {type(rule).__name__} expects {want!r}")
 
 
 def _check_no_aliasing(xs: list, paths: list[str]) -> None:
@@ -164,11 +253,16 @@ def _check_no_aliasing(xs: list, paths: list[str]) -> None:
                              f"by using one leaf twice in the model instead)")
 
 
-def _check_finite(gs: list, paths: list[str]) -> None:
-    for g, p in zip(gs, paths):
-        if not all_finite(g):
-            raise FloatingPointError(f"non-finite gradient (nan or inf) at {p}")
+def _check_writable(xs: list, ss: list, paths: list[str]) -> None:
+    for x, s, p in zip(xs, ss, paths):
+        for a in [x, *(v for v in T.leaves(s) if isinstance(v, np.ndarray))]:
+            if not a.flags.writeable:
+                raise ValueError(f"update_ needs writable arrays; the array at {p} is read-only")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"update_ needs C-contiguous arrays; the array at {p} is not")
 
+
+# --- the API --------------------------------------------------------------------------------------
 
 def init(rule: Rule, params: Any) -> OptState:
     """The initial state of ``rule`` for ``params`` (t = 0). Does not modify ``params``.
@@ -177,51 +271,72 @@ def init(rule: Rule, params: Any) -> OptState:
       TypeError: a leaf is not a floating-point ndarray.
       ValueError: the rule cannot take a leaf (e.g. Muon on a 1-D array); the message names the path.
     """
+    if not isinstance(rule, Rule):
+        raise TypeError(f"expected a refopt rule, got {type(rule).__name__}")
     xs, _, paths, td = T.check_like(params, params, names=("params", "params"))
     rule.check_params(paths)
     # rules see C-contiguous arrays, so the state arrays they create are C-contiguous too
-    leaves = [rule.init_leaf(x if x.flags.c_contiguous else np.array(x, order="C"), p) for x, p in zip(xs, paths)]
+    xs = [x if x.flags.c_contiguous else np.array(x, order="C") for x in xs]
+    leaves = [rule.init_leaf(x, p) for x, p in zip(xs, paths)]
+    for s, x, p in zip(leaves, xs, paths):
+        check_leaf_state(rule, s, x, p)
+    rule.after_init(leaves, paths)
     return OptState(0, rule.init_global(), T.unflatten(td, leaves))
 
 
-def _step(rule: Rule, state: OptState, td: T.TreeDef, xs: list, gs: list, ss: list, paths: list[str], leaf_fn):
-    """The step loop shared by update, update_ and direction: the step's context once, then
-    ``leaf_fn(ctx, s, x, g, path) -> (array, s)`` on every leaf (the callers decide what may be written)."""
+def _step(rule: Rule, state: OptState, td: T.TreeDef, xs: list, gs: list, ss: list, paths: list[str],
+          leaf_fn: str, info: dict | None, check: bool = True):
+    """The step shared by update, update_ and direction (module docstring, items 2-6); ``leaf_fn`` names
+    the per-leaf hook. Nothing is written before the per-leaf loop."""
     t = state.t + 1
     ctx, glob = rule.context(t, state.glob)
+    name = type(rule).__name__
+    casts = {dt: cast_context(ctx, dt, name) for dt in {x.dtype for x in xs}}
+    if check:
+        bounds = [square_bound(x.dtype) if rule.squares_grads(s) else math.inf for x, s in zip(xs, ss)]
+        check_grads(gs, paths, bounds, [name] * len(gs))
+    gs = rule.prepare(ctx, ss, xs, gs, paths)
+    fn = getattr(rule, leaf_fn)
     out, new_s = [], []
     for x, g, s, p in zip(xs, gs, ss, paths):
-        a, sn = leaf_fn(ctx, s, x, g, p)
+        a, sn = fn(casts[x.dtype], s, x, g, p)
         out.append(a)
         new_s.append(sn)
+    if info is not None:
+        info["t"] = t
+        info["lr"] = rule.lr_info(ctx)
     return T.unflatten(td, out), OptState(t, glob, T.unflatten(td, new_s))
 
 
-def update(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any, OptState]:
+def update(rule: Rule, state: OptState, params: Any, grads: Any, info: dict | None = None) -> tuple[Any, OptState]:
     """One step of ``rule``: returns ``(new_params, new_state)`` as new arrays.
 
     Pure: ``state``, ``params`` and ``grads`` are never written (read-only arrays are fine). The numbers
-    are bit-identical to :func:`update_`, which runs the same kernels on the caller's arrays.
+    are bit-identical to :func:`update_`, which runs the same kernels on the caller's arrays. When ``info``
+    is a dict, the step records what it did there: ``info["t"]`` (the step number) and ``info["lr"]``, the
+    learning rate lr*gamma_t applied per parameter group (``{"all": lr_t}``, or one entry per label of a
+    :class:`~refopt.rules.partition.Partition`).
 
     Raises:
-      ValueError: params and grads differ in structure, shape or dtype, or the state was not made by
-        ``refopt.init(rule, params)`` for arrays like these (the message names the leaf path).
+      ValueError: params and grads differ in structure, shape or dtype, the state was not made by
+        ``refopt.init(rule, params)`` for arrays like these (the message names the leaf path), or a step
+        scalar does not fit the dtype (the message names it).
       TypeError: a leaf is not a float32 / float64 ndarray.
-      FloatingPointError: a gradient holds nan or inf (the message names the leaf path).
+      FloatingPointError: a gradient holds nan or inf, or (second-moment rules) |g| whose square overflows
+        (the message names the leaf path).
     """
     xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
-    _check_finite(gs, paths)
     return _step(rule, state, td, [np.array(x, order="C", copy=True) for x in xs], gs, [T.copy(s) for s in ss],
-                 paths, rule.update_leaf)
+                 paths, "update_leaf", info)
 
 
-def update_(rule: Rule, state: OptState, params: Any, grads: Any,
-            check_finite: bool = True) -> tuple[Any, OptState]:
+def update_(rule: Rule, state: OptState, params: Any, grads: Any, check_finite: bool = True,
+            info: dict | None = None) -> tuple[Any, OptState]:
     """In-place twin of :func:`update` (Julia's ``update!``): writes into the arrays of ``params`` and
     ``state`` and returns them (with the new step count). Bit-identical to :func:`update`.
 
     ``check_finite=False`` skips the pass that rejects non-finite gradients (a speed knob; a NaN then
-    propagates into the params).
+    propagates into the params). ``info`` as :func:`update`.
 
     Raises:
       ValueError: a params or state array is read-only or not C-contiguous (it could not be updated in
@@ -229,16 +344,9 @@ def update_(rule: Rule, state: OptState, params: Any, grads: Any,
       FloatingPointError: a gradient leaf holds nan or inf (nothing has been written then).
     """
     xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
-    for x, s, p in zip(xs, ss, paths):
-        for a in [x, *(v for v in T.leaves(s) if isinstance(v, np.ndarray))]:
-            if not a.flags.writeable:
-                raise ValueError(f"update_ needs writable arrays; the array at {p} is read-only")
-            if not a.flags.c_contiguous:
-                raise ValueError(f"update_ needs C-contiguous arrays; the array at {p} is not")
+    _check_writable(xs, ss, paths)
     _check_no_aliasing(xs, paths)
-    if check_finite:
-        _check_finite(gs, paths)
-    return _step(rule, state, td, xs, gs, ss, paths, rule.update_leaf)
+    return _step(rule, state, td, xs, gs, ss, paths, "update_leaf", info, check=bool(check_finite))
 
 
 def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any, OptState]:
@@ -249,8 +357,7 @@ def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any
     Raises: as :func:`update`, and ``NotImplementedError`` for rules that are not of that form
     (Hyperball, Average, EMA, Schedule-Free, Partition)."""
     xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
-    _check_finite(gs, paths)
-    return _step(rule, state, td, xs, gs, [T.copy(s) for s in ss], paths, rule.direction_leaf)
+    return _step(rule, state, td, xs, gs, [T.copy(s) for s in ss], paths, "direction_leaf", None)
 
 
 def eval_params(rule: Rule, state: OptState, params: Any) -> Any:
@@ -258,5 +365,5 @@ def eval_params(rule: Rule, state: OptState, params: Any) -> Any:
     ``params`` itself (the same arrays, not copies) for plain rules.
 
     Raises: ValueError when the state does not belong to ``params`` (as :func:`update`)."""
-    xs, _, ss, paths, td = _pairs(rule, state, params, None)
+    xs, ss, paths, td = check_state(rule, state, params)
     return T.unflatten(td, [rule.eval_leaf(s, x, p) for x, s, p in zip(xs, ss, paths)])

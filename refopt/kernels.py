@@ -1,18 +1,35 @@
-"""Shared numba plumbing for the per-array kernels.
+"""Shared numba plumbing for the per-array arithmetic of the rules.
 
-Rule kernels live next to their rule (``refopt/rules/*.py``), each with a plain-numpy reference. This
-module holds what they share:
+A rule writes its per-element arithmetic once, as a small ``numba.njit`` function::
 
-* :func:`elementwise` compiles one elementwise loop twice, serial and ``parallel=True`` (``prange``), and
-  picks by size. Elementwise loops have no reductions, so both versions give bit-identical results;
-  the serial one avoids thread start-up cost on small arrays. No ``fastmath`` anywhere (it reorders
-  floating point).
-* :func:`all_finite`: the non-finite-gradient check of the tree walk.
-* :func:`triad`: ``c = a + s*b``, the memory-bandwidth yardstick of ``benchmarks/``.
+    elem(x, g, s, i, c) -> a
+
+``x`` and ``g`` are the element's weight and gradient, ``s`` the rule's per-array state (a NamedTuple of flat
+arrays that ``elem`` reads and writes at index ``i``), ``c`` the step's scalars (a NamedTuple already cast to
+the array dtype by the tree walk, :mod:`refopt.core`). ``elem`` must not be compiled with numba's
+``inline="always"``: numba's parallel loops then lose writes to arrays held in a tuple (numba 0.68); as a
+normal call LLVM still inlines it. :class:`Elementwise` compiles it into the loops the walk
+needs, each once serially and once with ``parallel=True`` (``prange``; elementwise loops have no reductions,
+so both give bit-identical results, and the serial one avoids thread start-up on small arrays):
+
+* ``step``: ``x[i] <- c.decay * x[i] - c.step * a`` (the rules of the form x <- decay*x - lr*u);
+* ``direction``: ``u[i] <- c.u_scale * a`` (the direction u of :func:`refopt.direction`; x is only read);
+* ``replace``: ``x[i] <- a`` (rules whose new weight is not of that form, e.g. Schedule-Free's y).
+
+The loops are reached only through :class:`Elementwise`'s methods, which check that every array has the
+same number of elements and dtype (and that written arrays are writable and C-contiguous) before any loop
+runs, so no loop can index past an array. No ``fastmath`` anywhere (it reorders floating point).
+
+Also here: :func:`check_grads` (the walk's fused pass rejecting non-finite gradients and, for second-moment
+rules, gradients whose square overflows) and :func:`triad` (``c = a + s*b``, the bandwidth yardstick of
+``benchmarks/``).
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import types
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -22,6 +39,15 @@ import numpy as np
 PARALLEL_MIN_SIZE = 1 << 16
 
 
+def _twin(fn, name: str, glob: dict | None = None):
+    """A copy of ``fn`` under another name (and optionally other globals). numba names its on-disk cache
+    after the function and ignores the ``parallel`` flag and the globals, so each variant needs its own name."""
+    twin = types.FunctionType(fn.__code__, fn.__globals__ if glob is None else glob, name, fn.__defaults__,
+                              fn.__closure__)
+    twin.__qualname__ = name
+    return twin
+
+
 def elementwise(fn):
     """Compile ``fn`` (a loop over ``numba.prange``) serially and in parallel; call the right one.
 
@@ -29,12 +55,7 @@ def elementwise(fn):
     decides the version. Both versions run identical arithmetic per element.
     """
     serial = numba.njit(cache=True)(fn)
-    # numba names its on-disk cache after the function and ignores the ``parallel`` flag, so the parallel
-    # version is compiled from a renamed copy; otherwise whichever compiled first would serve both.
-    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_parallel", fn.__defaults__,
-                              fn.__closure__)
-    twin.__qualname__ = fn.__qualname__ + "_parallel"
-    parallel = numba.njit(cache=True, parallel=True)(twin)
+    parallel = numba.njit(cache=True, parallel=True)(_twin(fn, fn.__name__ + "_parallel"))
 
     def call(first, *args):
         kernel = parallel if first.size >= PARALLEL_MIN_SIZE else serial
@@ -45,21 +66,145 @@ def elementwise(fn):
     return call
 
 
+# --- the three loops, written once; ``elem`` is bound per rule by :class:`Elementwise` ------------------
+
+def _step_loop(x, g, s, c):
+    for i in numba.prange(x.size):
+        a = elem(x[i], g[i], s, i, c)  # noqa: F821 (bound per rule)
+        x[i] = c.decay * x[i] - c.step * a
+
+
+def _direction_loop(u, x, g, s, c):
+    for i in numba.prange(u.size):
+        u[i] = c.u_scale * elem(x[i], g[i], s, i, c)  # noqa: F821
+
+
+def _replace_loop(x, g, s, c):
+    for i in numba.prange(x.size):
+        x[i] = elem(x[i], g[i], s, i, c)  # noqa: F821
+
+
+def _flat(a: np.ndarray, n: int, dtype, what: str, write: bool) -> np.ndarray:
+    if not isinstance(a, np.ndarray) or a.size != n or a.dtype != dtype:
+        got = f"{a.dtype} of {a.size} elements" if isinstance(a, np.ndarray) else type(a).__name__
+        raise ValueError(f"kernel: {what} is {got}, expected {dtype} of {n} elements")
+    if write and not (a.flags.writeable and a.flags.c_contiguous):
+        raise ValueError(f"kernel: {what} must be writable and C-contiguous")
+    return a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+
+
+class Elementwise:
+    """The loops of one rule's per-element arithmetic ``elem(x, g, s, i, c) -> a`` (module docstring).
+
+    ``name`` names the compiled loops (and their numba cache files, together with a hash of ``elem``'s
+    source, so an edited ``elem`` never meets a stale cache). Each method takes arrays of any shape with the
+    same number of elements and dtype, and a state NamedTuple (or ``()``) of such arrays; it raises
+    ``ValueError`` before running anything if they differ, or if an array it writes is read-only or not
+    C-contiguous."""
+
+    def __init__(self, elem, name: str):
+        self.elem, self.name = elem, name
+        src = inspect.getsource(getattr(elem, "py_func", elem))
+        tag = f"{name}_{hashlib.sha1(src.encode()).hexdigest()[:10]}"
+        glob = dict(_step_loop.__globals__, elem=elem)
+        self._loops = {}
+        for kind, fn in (("step", _step_loop), ("direction", _direction_loop), ("replace", _replace_loop)):
+            serial = numba.njit(cache=True)(_twin(fn, f"{kind}_{tag}", glob))
+            parallel = numba.njit(cache=True, parallel=True)(_twin(fn, f"{kind}_{tag}_parallel", glob))
+            self._loops[kind] = (serial, parallel)
+
+    def _run(self, kind: str, arrays: list, s, c) -> None:
+        """Check ``arrays`` [(array, name, written?)] and the state arrays, then run the loop ``kind``."""
+        n, dtype = arrays[0][0].size, arrays[0][0].dtype
+        flat = [_flat(a, n, dtype, what, write) for a, what, write in arrays]
+        names = getattr(type(s), "_fields", None) or range(len(s))
+        items = [_flat(a, n, dtype, f"state.{f}", True) for a, f in zip(s, names)]
+        fs = type(s)(*items) if hasattr(type(s), "_fields") else tuple(items)
+        serial, parallel = self._loops[kind]
+        (parallel if n >= PARALLEL_MIN_SIZE else serial)(*flat, fs, c)
+
+    def step(self, x: np.ndarray, g: np.ndarray, s, c) -> None:
+        """x <- c.decay * x - c.step * elem(x, g, s, c), elementwise, in place (s written in place)."""
+        self._run("step", [(x, "x", True), (g, "g", False)], s, c)
+
+    def direction(self, u: np.ndarray, x: np.ndarray, g: np.ndarray, s, c) -> None:
+        """u <- c.u_scale * elem(x, g, s, c) (u written, x and g only read, s written in place)."""
+        self._run("direction", [(u, "u", True), (x, "x", False), (g, "g", False)], s, c)
+
+    def replace(self, x: np.ndarray, g: np.ndarray, s, c) -> None:
+        """x <- elem(x, g, s, c), elementwise, in place (s written in place)."""
+        self._run("replace", [(x, "x", True), (g, "g", False)], s, c)
+
+
+@numba.njit
+def _second(x, g, s, i, c):
+    return g
+
+
+class Axpby(NamedTuple):
+    """The scalars of :data:`AXPBY`: x <- decay*x - step*g."""
+
+    decay: float
+    step: float
+
+
+#: x <- c.decay * x - c.step * g over two arrays (``AXPBY.step(x, g, (), Axpby(decay, step))``, scalars of
+#: x's dtype): Muon's step and the scaled updates of the norm wrappers
+AXPBY = Elementwise(_second, "axpby")
+
+
+# --- the gradient check ---------------------------------------------------------------------------
+
 @numba.njit(cache=True)
-def _count_nonfinite(a):
-    # branch-free so that LLVM vectorizes it: a - a is 0 for finite a, nan for inf and nan
+def _count_bad(a, bound):
+    # branch-free so that LLVM vectorizes it: not (|a| < bound) is true for nan, for inf when bound = inf,
+    # and for |a| >= bound
     bad = 0
     for i in range(a.size):
-        d = a[i] - a[i]
-        bad += d != d
+        bad += not (abs(a[i]) < bound)
     return bad
+
+
+@numba.njit(cache=True, parallel=True)
+def _count_bad_parallel(a, bound):
+    bad = 0
+    for i in numba.prange(a.size):
+        bad += not (abs(a[i]) < bound)
+    return bad
+
+
+def count_bad(a: np.ndarray, bound: float = np.inf) -> int:
+    """Number of elements of the floating array ``a`` that are nan, inf, or of magnitude >= ``bound``."""
+    if a.size == 0:
+        return 0
+    flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+    b = a.dtype.type(bound)
+    return int((_count_bad_parallel if flat.size >= PARALLEL_MIN_SIZE else _count_bad)(flat, b))
 
 
 def all_finite(a: np.ndarray) -> bool:
     """True when every element of the floating array ``a`` is finite (no nan, no inf)."""
-    if a.size == 0:
-        return True
-    return bool(_count_nonfinite(a.reshape(-1)) == 0)
+    return count_bad(a) == 0
+
+
+def square_bound(dtype) -> float:
+    """The largest |g| a second-moment rule accepts in ``dtype``: sqrt(max)/2, so that g**2 <= max/4 and the
+    moment EMA v = beta2*v + (1 - beta2)*g**2, its bias correction v/(1 - beta2**t) <= max_k g_k**2 and
+    sqrt(v) stay finite (3.7e19 in float64's sqrt range is 6.7e153; float32: 9.2e18)."""
+    return float(np.sqrt(np.finfo(dtype).max)) / 2.0
+
+
+def check_grads(gs: list, paths: list[str], bounds: list[float], owners: list[str]) -> None:
+    """Raise ``FloatingPointError`` naming the first leaf whose gradient holds nan or inf, or an element of
+    magnitude >= its bound (``square_bound`` for second-moment rules, inf otherwise). Writes nothing."""
+    for g, p, b, o in zip(gs, paths, bounds, owners):
+        if count_bad(g, b):
+            if count_bad(g):
+                raise FloatingPointError(f"non-finite gradient (nan or inf) at {p}")
+            big = float(np.max(np.abs(g)))
+            raise FloatingPointError(
+                f"gradient at {p} has |g| = {big:.3g}, whose square overflows {g.dtype} in the second moment of "
+                f"{o} (|g| must be below {b:.3g}); scale the loss down or use float64")
 
 
 def _triad(c, a, b, s):

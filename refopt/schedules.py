@@ -320,31 +320,17 @@ _KINDS = {c.__name__: c for c in (Constant, LinearWarmup, LinearDecay, CosineDec
 
 
 def to_config(s: Schedule) -> dict:
-    """A JSON-ready dict ``{"name": class name, field: value, ...}`` (nested schedules as dicts)."""
+    """A JSON-ready dict ``{"name": class name, field: value, ...}`` (nested schedules as dicts;
+    :func:`refopt.serialize.describe`)."""
     if not isinstance(s, Schedule) or type(s).__name__ not in _KINDS:
         raise ValueError(f"not a refopt schedule: {s!r}")
-    out = {"name": type(s).__name__}
-    for f in fields(s):
-        v = getattr(s, f.name)
-        if isinstance(s, Join) and f.name == "phases":
-            v = [[n, to_config(p)] for n, p in v]
-        elif isinstance(s, Product) and f.name == "factors":
-            v = [to_config(p) for p in v]
-        out[f.name] = v
-    return out
+    from refopt.serialize import describe
+    return describe(s)
 
 
 def from_config(d: dict) -> Schedule:
     """Inverse of :func:`to_config`. Raises ValueError for an unknown name or bad fields."""
+    from refopt.serialize import from_description
     if not isinstance(d, dict) or d.get("name") not in _KINDS:
         raise ValueError(f"not a schedule config: {d!r}")
-    kind = _KINDS[d["name"]]
-    kw = {k: v for k, v in d.items() if k != "name"}
-    if kind is Join:
-        kw["phases"] = tuple((n, from_config(p)) for n, p in kw.get("phases", ()))
-    elif kind is Product:
-        kw["factors"] = tuple(from_config(p) for p in kw.get("factors", ()))
-    try:
-        return kind(**kw)
-    except TypeError as e:
-        raise ValueError(f"bad fields for schedule {d['name']}: {e}") from None
+    return from_description(d, _KINDS)

@@ -4,14 +4,23 @@ With a constant lr the Muon step has spectral norm lr*s whatever the gradient si
 singular values), so it circles a minimum at distance ~lr instead of settling: only the cases with a
 schedule decaying to 0 are marked as converging.
 """
+import numpy as np
 from catalog import Case, matrix_params
 
 from refopt.rules.muon import Muon
 from refopt.schedules import warmup_cosine
 
+def conv_params(dtype=np.float64, seed=0) -> dict:
+    """4-D conv filters in refopt's (kh, kw, fan_in, fan_out) layout and a matrix."""
+    rng = np.random.default_rng(seed)
+    return {"conv": rng.standard_normal((3, 2, 4, 5)).astype(dtype), "w": rng.standard_normal((6, 4)).astype(dtype)}
+
+
 _FIXED_LR = "constant lr: the msign step keeps spectral norm lr*s, so Muon orbits the minimum at radius ~lr"
 
 CASES = [
+    Case("muon_jordan_4d_conv", lambda: Muon(lr=0.05, scale="jordan_4d"), conv_params, converges=False,
+         note=_FIXED_LR),
     Case("muon", lambda: Muon(lr=0.05), matrix_params, converges=False, note=_FIXED_LR),
     Case("muon_jordan_wd", lambda: Muon(lr=0.05, scale="jordan", weight_decay=0.01), matrix_params,
          converges=False, note=_FIXED_LR),

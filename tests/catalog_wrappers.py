@@ -30,5 +30,7 @@ CASES = [
     Case("average_sgd", lambda: Average(SGD(lr=0.1, momentum=0.9))),
     Case("ema_adam", lambda: EMA(Adam(lr=0.05), decay=0.9)),
     Case("ema_sgd_param_init", lambda: EMA(SGD(lr=0.1), decay=0.95, debias=False)),
+    Case("ema_torch_after_first_step", lambda: EMA(SGD(lr=0.1, momentum=0.9), decay=0.9, debias=False,
+                                                   start="after_first_step")),
     Case("average_hyperball_adam", lambda: Average(Hyperball(Adam(), lr=0.05)), converges=False, note=_SPHERE),
 ]

@@ -15,7 +15,8 @@ from refopt import checkpoint as ck
 from refopt.checkpoint import CheckpointError, load, read_metadata, save
 from refopt.core import OptState
 from refopt.rules.adam import Adam, AdamW
-from refopt.rules.partition import Partition, gpt_labels, matrix_labels
+from refopt import gpt_labels
+from refopt.rules.partition import Partition, matrix_labels
 from refopt.rules.sgd import SGD
 
 
@@ -142,7 +143,7 @@ def test_gpt_labels_function_is_stored_by_name(tmp_path):
     p = {"wte": np.ones((3, 2)), "blocks": [{"attn": {"w_q": np.ones((2, 2))}, "attn_norm": np.ones(2)}]}
     save(tmp_path / "c", p, refopt.init(rule, p), rule)
     assert read_metadata(tmp_path / "c")["rule"]["fields"]["labels"] == \
-        {"__function__": ["refopt.rules.partition", "gpt_labels"]}
+        {"__function__": ["refopt", "gpt_labels"]}
     assert load(tmp_path / "c").rule.labels is gpt_labels
 
 

@@ -376,7 +376,7 @@ def test_fro_norm_propagates_nan_and_inf():
 
 def test_fro_norm_block_sums_overflowing_together():
     # every block's sum of squares is finite but their total overflows (exact fsum raised OverflowError)
-    from refopt.rules.hyperball import NORM_BLOCK
+    from refopt.linalg.norms import NORM_BLOCK
     a = np.full(2 * NORM_BLOCK, 1e152)
     assert fro_norm(a) == pytest.approx(1e152 * math.sqrt(2 * NORM_BLOCK), rel=1e-14)
 

@@ -3,12 +3,8 @@ import numpy as np
 import pytest
 
 import refopt
-from refopt.rules.adam import adam_reference
-from refopt.rules.averaging import average_reference
-from refopt.rules.covariant import covariant_reference
-from refopt.rules.hyperball import hyperball_reference
-from refopt.rules.schedule_free import sf_adamw_reference
-from refopt.rules.sgd import sgd_reference
+from oracles import (adam_reference, average_reference, covariant_reference, hyperball_reference,
+                     sf_adamw_reference, sgd_reference)
 
 TOL = {np.float64: 1e-14, np.float32: 1e-6}
 

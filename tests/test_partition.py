@@ -9,8 +9,8 @@ import pytest
 import refopt
 from refopt.core import Rule
 from refopt.rules.adam import AdamW
-from refopt.rules.partition import (PartitionLeaf, Partition, gpt_labels, matrix_labels,
-                                    mlp_labels)
+from refopt import gpt_labels, mlp_labels
+from refopt.rules.partition import PartitionLeaf, Partition, matrix_labels
 from refopt.rules.sgd import SGD
 
 
@@ -263,13 +263,16 @@ def test_gpt_partition_with_muon_steps_hidden_only():
 def test_mlp_labels_first_and_last_to_adamw():
     mlp = pytest.importorskip("models.mlp")
     params = mlp.init(0, [6, 5, 4, 4, 3])
-    labels = mlp_labels(params)
+    # the default labels the input layer 'hidden', as `refopt train --model mlp` does (issue: API and CLI agree)
+    assert [lay["w"] for lay in mlp_labels(params)["layers"]] == ["hidden", "hidden", "hidden", "other"]
+    labels = mlp_labels(params, first="other")
     assert [lay["w"] for lay in labels["layers"]] == ["other", "hidden", "hidden", "other"]
     assert all(lay["b"] == "other" for lay in labels["layers"])
     labels = mlp_labels(params, first="hidden", last="hidden")
     assert [lay["w"] for lay in labels["layers"]] == ["hidden"] * 4
     one_hidden = mlp.init(0, [6, 5, 3])
-    assert [lay["w"] for lay in mlp_labels(one_hidden)["layers"]] == ["other", "other"]
+    assert [lay["w"] for lay in mlp_labels(one_hidden, first="other")["layers"]] == ["other", "other"]
+    assert [lay["w"] for lay in mlp_labels(one_hidden)["layers"]] == ["hidden", "other"]
     rule = Partition(rules=RULES, labels=mlp_labels(params))
     s = refopt.init(rule, params)
     assert state_label(s, "layers[2].w") == "hidden" and state_label(s, "layers[3].w") == "other"

@@ -7,7 +7,7 @@ import pytest
 
 from refopt import tree as T
 from refopt.core import OptState, eval_params, init, update, update_
-from refopt.rules import schedule_free as sfmod
+import oracles as sfmod
 from refopt.rules.schedule_free import SFGlobal, ScheduleFreeAdamW, ScheduleFreeSGD
 from refopt.schedules import WSD
 

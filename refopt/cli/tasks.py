@@ -43,9 +43,7 @@ class MLPTask:
     def labels(self, params):
         """Which arrays are the 'hidden' matrices for Muon-like rules: every weight matrix but the head
         (the input layer counts as hidden here, so the default one-hidden-layer MLP has one)."""
-        from refopt import mlp_labels
-
-        return mlp_labels(params, first="hidden")
+        return self.mlp.labels(params)
 
     def init_params(self, seed: int):
         return self.mlp.init(seed, self.sizes, dtype=self.dtype)
@@ -126,9 +124,7 @@ class GPTTask:
                 "n_train_tokens": len(self.train_ids), "n_val_tokens": len(self.val_ids)}
 
     def labels(self, params):
-        from refopt import gpt_labels
-
-        return gpt_labels
+        return self.gpt.labels(params)
 
     def init_params(self, seed: int):
         return self.gpt.init(self.config, seed, dtype=self.dtype)

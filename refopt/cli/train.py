@@ -120,7 +120,8 @@ def fit(task, rule, steps: int, seed: int, lr: float, schedule, eval_interval: i
 
     ``start=(params, state)`` continues from a checkpointed state (its ``t`` steps done). Returns
     ``(params, state, rows)``; ``rows`` holds per step the batch loss (at the params before the update),
-    the learning rate lr*gamma_t of the update, the elapsed wall time (``_seconds``, never written to
+    the learning rate lr*gamma_t each parameter group's rule applied (``lr[GROUP]``, as ``refopt.update_``
+    reports it in ``info``; ``lr`` is the main group's: 'hidden' of a Partition), the elapsed wall time (``_seconds``, never written to
     files), and every ``eval_interval`` steps (and at the last) the validation metrics at the evaluation
     params (:func:`refopt.eval_params`).
     """
@@ -140,9 +141,10 @@ def fit(task, rule, steps: int, seed: int, lr: float, schedule, eval_interval: i
         loss = float(loss)
         if not math.isfinite(loss):
             raise ValueError(f"the training loss became {loss} at step {step}; lower --lr")
-        gamma = 1.0 if schedule is None else float(schedule(step))
-        params, state = refopt.update_(rule, state, params, grads)
-        row = {"step": step, "loss": loss, "lr": lr * gamma}
+        info: dict = {}
+        params, state = refopt.update_(rule, state, params, grads, info=info)
+        row = {"step": step, "loss": loss, "lr": _main_lr(info["lr"])}
+        row.update({f"lr[{g}]": v for g, v in info["lr"].items()})
         if step % eval_interval == 0 or step == steps:
             row.update(task.periodic_eval(refopt.eval_params(rule, state, params)))
         row["_seconds"] = time.perf_counter() - t0
@@ -155,6 +157,11 @@ def fit(task, rule, steps: int, seed: int, lr: float, schedule, eval_interval: i
     if bar is not None:
         bar.close()
     return params, state, rows
+
+
+def _main_lr(lrs: dict) -> float:
+    """The lr of the ``lr`` column: the 'hidden' group's of a Partition, else the rule's own."""
+    return lrs["hidden"] if "hidden" in lrs else next(iter(lrs.values()), float("nan"))
 
 
 def train_one(args, progress_desc: str = "train") -> dict:
@@ -258,20 +265,9 @@ def periodic_keys(rows) -> list[str]:
 
 def describe_rule(rule) -> dict:
     """The rule as JSON-ready data: its class name and fields, nested rules and schedules expanded."""
-    from dataclasses import fields, is_dataclass
+    from refopt.serialize import describe
 
-    def conv(v):
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return v
-        if is_dataclass(v) and not isinstance(v, type):
-            return {"name": type(v).__name__, **{f.name: conv(getattr(v, f.name)) for f in fields(v)}}
-        if isinstance(v, dict):
-            return {str(k): conv(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [conv(x) for x in v]
-        return getattr(v, "__qualname__", repr(v))
-
-    return conv(rule)
+    return describe(rule)
 
 
 def _progress(total: int, disabled: bool, desc: str = "train"):

@@ -34,7 +34,7 @@ def unit_interval(name: str, value) -> None:
 
 def one_of(name: str, value, allowed) -> None:
     if value not in allowed:
-        raise ValueError(f"{name} must be one of {sorted(allowed)}, got {value!r}")
+        raise ValueError(f"{name} must be one of {sorted(allowed, key=repr)}, got {value!r}")
 
 
 def schedule(value) -> None:

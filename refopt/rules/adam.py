@@ -1,5 +1,5 @@
-"""Adam (L2 decay) and AdamW (decoupled or lr-independent decay), in torch.optim's conventions, with an
-optional Nesterov first moment in optax's NAdam form (``nesterov=True``)."""
+"""Adam (L2 decay) and AdamW (decoupled or lr-independent decay) in torch.optim's conventions, with
+AMSGrad (torch's or optax's form) and NAdam (optax's constant-beta1 form or torch's momentum decay)."""
 from __future__ import annotations
 
 import math
@@ -9,9 +9,9 @@ from typing import Callable, NamedTuple
 import numba
 import numpy as np
 
-from refopt.core import Rule
-from refopt.kernels import elementwise
+from refopt.kernels import Elementwise
 from refopt.rules import _checks
+from refopt.rules.base import ElementwiseRule
 
 
 class AdamState(NamedTuple):
@@ -21,21 +21,75 @@ class AdamState(NamedTuple):
     v: np.ndarray
 
 
+class AMSGradState(NamedTuple):
+    """Per-array AMSGrad state: ``m``, ``v`` and the running maximum ``v_max`` (of v, or of v/(1-beta2**t))."""
+
+    m: np.ndarray
+    v: np.ndarray
+    v_max: np.ndarray
+
+
+class NAdamGlobal(NamedTuple):
+    """Rule-wide state of torch's NAdam (``momentum_decay`` set): mu_product = prod_{k <= t} mu_k."""
+
+    mu_product: float
+
+
 class AdamContext(NamedTuple):
     """The scalars of one step, computed in float64 (PITFALLS B01) before the cast to x's dtype."""
 
-    t: int
-    lr_t: float        # lr * gamma_t
-    step_size: float   # lr_t / (1 - beta1**t)
-    sqrt_bc2: float    # sqrt(1 - beta2**t)
-    decay: float       # multiplier of x_{t-1} from decoupled / independent weight decay (1 for none)
-    l2: float          # L2 coefficient added to g (Adam's weight_decay; 0 for AdamW)
-    nest_m: float = 0.0   # NAdam (nesterov=True only): beta1 / (1 - beta1**(t+1)), coefficient of m_t
-    nest_g: float = 0.0   # NAdam (nesterov=True only): (1 - beta1) / (1 - beta1**t), coefficient of g_t
+    lr_t: float       # lr * gamma_t
+    decay: float      # multiplier of x_{t-1} from decoupled / independent weight decay (1 for none)
+    step: float       # lr_t / (1 - beta1**t); NAdam: lr_t
+    u_scale: float    # 1 / (1 - beta1**t); NAdam: 1
+    l2: float         # L2 coefficient added to g (Adam's weight_decay; 0 for AdamW)
+    beta1: float
+    omb1: float       # 1 - beta1
+    beta2: float
+    omb2: float       # 1 - beta2
+    eps: float
+    sqrt_bc2: float   # sqrt(1 - beta2**t); 1 for optax's AMSGrad (its v_max is bias-corrected already)
+    vmax_scale: float  # AMSGrad: v enters the maximum as v * vmax_scale (1 torch, 1/(1 - beta2**t) optax)
+    c_m: float        # NAdam: coefficient of m_t in the look-ahead mhat_t
+    c_g: float        # NAdam: coefficient of g_t
+
+
+@numba.njit
+def _moments(x, g, s, i, c):
+    """g_t (with L2), and m_t, v_t written into the state."""
+    g = g + c.l2 * x
+    m = c.beta1 * s.m[i] + c.omb1 * g
+    v = c.beta2 * s.v[i] + c.omb2 * (g * g)
+    s.m[i] = m
+    s.v[i] = v
+    return g, m, v
+
+
+@numba.njit
+def _adam(x, g, s, i, c):
+    g, m, v = _moments(x, g, s, i, c)
+    return m / (np.sqrt(v) / c.sqrt_bc2 + c.eps)
+
+
+@numba.njit
+def _amsgrad(x, g, s, i, c):
+    g, m, v = _moments(x, g, s, i, c)
+    v_max = max(s.v_max[i], v * c.vmax_scale)
+    s.v_max[i] = v_max
+    return m / (np.sqrt(v_max) / c.sqrt_bc2 + c.eps)
+
+
+@numba.njit
+def _nadam(x, g, s, i, c):
+    g, m, v = _moments(x, g, s, i, c)
+    return (c.c_m * m + c.c_g * g) / (np.sqrt(v) / c.sqrt_bc2 + c.eps)
+
+
+_ADAM, _AMSGRAD, _NADAM = Elementwise(_adam, "adam"), Elementwise(_amsgrad, "amsgrad"), Elementwise(_nadam, "nadam")
 
 
 @dataclass(frozen=True)
-class _AdamBase(Rule):
+class _AdamBase(ElementwiseRule):
     lr: float = 1e-3
     beta1: float = 0.9
     beta2: float = 0.999
@@ -43,6 +97,8 @@ class _AdamBase(Rule):
     weight_decay: float = 0.0
     schedule: Callable[[int], float] | None = None
     nesterov: bool = False
+    amsgrad: bool | str = False
+    momentum_decay: float | None = None
 
     def __post_init__(self):
         _checks.nonnegative("lr", self.lr)
@@ -52,53 +108,51 @@ class _AdamBase(Rule):
         _checks.nonnegative("weight_decay", self.weight_decay)
         _checks.schedule(self.schedule)
         _checks.boolean("nesterov", self.nesterov)
+        _checks.one_of("amsgrad", self.amsgrad, {False, True, "bias_corrected"})
+        if self.amsgrad and self.nesterov:
+            raise ValueError("amsgrad and nesterov cannot be combined (no peer defines it)")
+        if self.momentum_decay is not None:
+            _checks.positive("momentum_decay", self.momentum_decay)
+            if not self.nesterov:
+                raise ValueError("momentum_decay (torch's NAdam) needs nesterov=True")
 
-    def init_leaf(self, x, path):
-        return AdamState(np.zeros_like(x), np.zeros_like(x))
+    @property
+    def State(self):
+        return AMSGradState if self.amsgrad else AdamState
+
+    def init_global(self):
+        return None if self.momentum_decay is None else NAdamGlobal(1.0)
+
+    def squares_grads(self, s):
+        return True
 
     def _decay_and_l2(self, gamma: float, lr_t: float) -> tuple[float, float]:
-        return 1.0, self.weight_decay
+        return 1.0, float(self.weight_decay)
 
     def context(self, t, glob):
         gamma = _checks.schedule_multiplier(self.schedule, t)
-        lr_t = self.lr * gamma
+        lr_t = float(self.lr) * gamma
         decay, l2 = self._decay_and_l2(gamma, lr_t)
-        bc1 = 1.0 - self.beta1 ** t
-        bc2 = 1.0 - self.beta2 ** t
-        if not self.nesterov:
-            return AdamContext(t, lr_t, lr_t / bc1, math.sqrt(bc2), decay, l2), glob
-        nest_m = self.beta1 / (1.0 - self.beta1 ** (t + 1))
-        nest_g = (1.0 - self.beta1) / bc1
-        return AdamContext(t, lr_t, lr_t / bc1, math.sqrt(bc2), decay, l2, nest_m, nest_g), glob
-
-    def _scalars(self, c: AdamContext, d):
-        eps = _checks.cast(np.dtype(d), "eps", self.eps, positive=True)
-        _checks.cast(np.dtype(d), "lr * schedule(t) / (1 - beta1**t)", c.step_size)
-        return (d(self.beta1), d(1.0 - self.beta1), d(self.beta2), d(1.0 - self.beta2), eps,
-                d(c.sqrt_bc2), d(c.l2))
-
-    def update_leaf(self, ctx, s, x, g, path):
-        d = x.dtype.type
+        b1, b2 = float(self.beta1), float(self.beta2)
+        bc1, bc2 = 1.0 - b1 ** t, 1.0 - b2 ** t
+        step, u_scale, sqrt_bc2, vmax_scale, c_m, c_g = lr_t / bc1, 1.0 / bc1, math.sqrt(bc2), 1.0, 0.0, 0.0
+        if self.amsgrad == "bias_corrected":
+            sqrt_bc2, vmax_scale = 1.0, 1.0 / bc2
         if self.nesterov:
-            _nadam_step(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.m.reshape(-1), s.v.reshape(-1),
-                        *self._scalars(ctx, d), d(ctx.nest_m), d(ctx.nest_g), d(ctx.lr_t), d(ctx.decay))
-            return x, s
-        _adam_step(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.m.reshape(-1), s.v.reshape(-1),
-                   *self._scalars(ctx, d), d(ctx.step_size), d(ctx.decay))
-        return x, s
+            step, u_scale = lr_t, 1.0
+            if self.momentum_decay is None:    # optax.nadam: constant beta1
+                c_m, c_g = b1 / (1.0 - b1 ** (t + 1)), (1.0 - b1) / bc1
+            else:                              # torch.optim.NAdam: mu_t = beta1 (1 - 0.96**(t psi) / 2)
+                psi = float(self.momentum_decay)
+                mu, mu_next = b1 * (1.0 - 0.5 * 0.96 ** (t * psi)), b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * psi))
+                prod = NAdamGlobal(*glob).mu_product * mu
+                c_m, c_g = mu_next / (1.0 - prod * mu_next), (1.0 - mu) / (1.0 - prod)
+                glob = NAdamGlobal(prod)
+        return AdamContext(lr_t, decay, step, u_scale, l2, b1, 1.0 - b1, b2, 1.0 - b2, float(self.eps), sqrt_bc2,
+                           vmax_scale, c_m, c_g), glob
 
-    def direction_leaf(self, ctx, s, x, g, path):
-        d = x.dtype.type
-        u = np.empty(x.shape, x.dtype)
-        if self.nesterov:
-            _nadam_direction(u.reshape(-1), np.ascontiguousarray(x).reshape(-1),
-                             np.ascontiguousarray(g).reshape(-1), s.m.reshape(-1), s.v.reshape(-1),
-                             *self._scalars(ctx, d), d(ctx.nest_m), d(ctx.nest_g))
-            return u, s
-        _adam_direction(u.reshape(-1), np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(g).reshape(-1),
-                        s.m.reshape(-1), s.v.reshape(-1), *self._scalars(ctx, d),
-                        d(1.0 / (1.0 - self.beta1 ** ctx.t)))
-        return u, s
+    def kernel(self):
+        return _NADAM if self.nesterov else (_AMSGRAD if self.amsgrad else _ADAM)
 
 
 @dataclass(frozen=True)
@@ -117,18 +171,26 @@ class Adam(_AdamBase):
     float64, then cast (PITFALLS B01). The direction (:func:`refopt.direction`) is
     u_t = mhat_t / (sqrt(vhat_t) + eps) with mhat_t = m_t/(1-beta1**t), vhat_t = v_t/(1-beta2**t).
 
-    ``nesterov=True`` (NAdam, Dozat 2016, "Incorporating Nesterov Momentum into Adam", in optax's form:
-    ``optax.nadam`` = ``scale_by_adam(nesterov=True)``, CONVENTIONS.md 2.3) replaces the bias-corrected
-    first moment by a look-ahead mix of m_t and the (L2-augmented) g_t, with the same moments and the same
-    denominator::
+    ``amsgrad`` (Reddi et al. 2018): ``True`` is torch's form, the maximum of the raw second moment,
+    then its bias correction: v_max_t = max(v_max_{t-1}, v_t), denominator sqrt(v_max_t)/sqrt(1-beta2**t)
+    + eps. ``"bias_corrected"`` is ``optax.amsgrad``'s: the maximum of the bias-corrected moment,
+    v_max_t = max(v_max_{t-1}, v_t/(1-beta2**t)), denominator sqrt(v_max_t) + eps. They differ while
+    1-beta2**t grows (a large early v_t/(1-beta2**t) is remembered by optax's, not by torch's).
 
-        mhat_t = beta1 * m_t / (1 - beta1**(t+1)) + (1 - beta1) * g_t / (1 - beta1**t)
-        x_t    = x_{t-1} - lr*gamma_t * mhat_t / (sqrt(v_t) / sqrt(1 - beta2**t) + eps)
+    ``nesterov=True`` (NAdam, Dozat 2016) replaces the bias-corrected first moment by a look-ahead mix of
+    m_t and the (L2-augmented) g_t, with the same moments and denominator::
 
-    and the direction is u_t = mhat_t / (sqrt(vhat_t) + eps). As optax (and unlike Dozat's Alg. 2), vhat_t
-    has no extra beta2 factor and beta1 is constant (no momentum-decay schedule mu_t as in
-    torch.optim.NAdam, which therefore differs). The two coefficients beta1/(1 - beta1**(t+1)) and
-    (1 - beta1)/(1 - beta1**t) are computed in float64 and cast (B01).
+        x_t = x_{t-1} - lr*gamma_t * (c_m,t m_t + c_g,t g_t) / (sqrt(v_t) / sqrt(1 - beta2**t) + eps)
+
+    * ``momentum_decay=None`` (optax.nadam, CONVENTIONS.md 2.3; constant beta1):
+      c_m,t = beta1 / (1 - beta1**(t+1)), c_g,t = (1 - beta1) / (1 - beta1**t).
+    * ``momentum_decay=psi`` (torch.optim.NAdam, default psi = 4e-3; Dozat's momentum schedule):
+      mu_t = beta1 (1 - 0.96**(t psi) / 2), P_t = mu_1 ... mu_t (kept in the global state),
+      c_m,t = mu_{t+1} / (1 - P_t mu_{t+1}), c_g,t = (1 - mu_t) / (1 - P_t). The moments still use beta1.
+      psi -> infinity gives mu_t = beta1, i.e. optax's coefficients.
+
+    The direction is u_t = (c_m,t m_t + c_g,t g_t) / (sqrt(vhat_t) + eps). All coefficients are
+    computed in float64 and cast (B01).
 
     Args:
       lr: peak learning rate eta >= 0 (units of x: the step is about lr per coordinate).
@@ -136,10 +198,15 @@ class Adam(_AdamBase):
       eps: > 0, in units of the gradient.
       weight_decay: L2 coefficient lambda >= 0.
       schedule: optional t -> gamma_t >= 0.
-      nesterov: bool, default False (plain Adam); True: NAdam as optax.nadam (above).
+      nesterov: bool, default False (plain Adam); True: NAdam (above).
+      amsgrad: False (default), True (torch) or "bias_corrected" (optax); not with nesterov.
+      momentum_decay: None (default) or psi > 0 (torch's NAdam; needs nesterov=True).
 
-    Shapes/dtypes: any float32 / float64 array; m, v like x; hyperparameters cast to x's dtype.
-    Raises: ValueError for lr < 0, betas outside [0, 1), eps <= 0, weight_decay < 0, non-bool nesterov.
+    Shapes/dtypes: any float32 / float64 array; m, v (and v_max) like x; hyperparameters cast to x's dtype.
+    A gradient with |g| >= sqrt(max of the dtype)/2 (9.2e18 in float32) raises FloatingPointError before
+    anything is written: its square would make v infinite and freeze the parameter.
+    Raises: ValueError for lr < 0, betas outside [0, 1), eps <= 0, weight_decay < 0, non-bool nesterov,
+      an unknown amsgrad, amsgrad with nesterov, momentum_decay <= 0 or without nesterov.
     """
 
 
@@ -147,8 +214,8 @@ class Adam(_AdamBase):
 class AdamW(_AdamBase):
     r"""AdamW: Adam with decay outside the moments (Loshchilov & Hutter 2019, arXiv:1711.05101).
 
-    Same moments and eps placement as :class:`Adam` (no L2 term in g). The decay uses the pre-update
-    x_{t-1} (PITFALLS B05)::
+    Same moments, eps placement, ``amsgrad``, ``nesterov`` and ``momentum_decay`` as :class:`Adam` (no L2
+    term in g). The decay uses the pre-update x_{t-1} (PITFALLS B05)::
 
         'decoupled'   (torch AdamW):  x_t = (1 - lr*gamma_t*lambda) * x_{t-1} - lr*gamma_t * u_t'
         'independent' (seed 001; arXiv:2405.13698, "independent weight decay"):
@@ -156,12 +223,11 @@ class AdamW(_AdamBase):
 
     where lr*gamma_t*u_t' is Adam's step above. In 'independent' mode lambda is a rate per step (the EMA
     time constant is 1/(gamma_t*lambda) steps), so it transfers across learning rates.
-
-    ``nesterov=True`` uses :class:`Adam`'s NAdam first moment in u_t' (decoupled mode = ``optax.nadamw``:
-    x_t = x_{t-1} - lr*gamma_t*(u_t' + lambda*x_{t-1}), here in torch's order x*(1 - lr*gamma_t*lambda) - ...).
+    ``AdamW(nesterov=True)`` in decoupled mode is ``optax.nadamw``; with ``momentum_decay=psi`` it is
+    ``torch.optim.NAdam(decoupled_weight_decay=True)``.
 
     Args: as :class:`Adam`; ``weight_decay`` lambda >= 0 (default 0.01, torch's AdamW default; in
-      'independent' mode lambda must be <= 1); ``wd_mode`` 'decoupled' | 'independent'; ``nesterov`` as Adam.
+      'independent' mode lambda must be <= 1); ``wd_mode`` 'decoupled' | 'independent'.
     Raises: ValueError as Adam, or for an unknown wd_mode.
     """
 
@@ -174,86 +240,9 @@ class AdamW(_AdamBase):
         if self.wd_mode == "independent" and self.weight_decay > 1:
             raise ValueError(f"independent weight_decay is a per-step rate and must be <= 1, got {self.weight_decay}")
 
+    def decoupled_decay(self):
+        return self.weight_decay > 0
+
     def _decay_and_l2(self, gamma, lr_t):
         rate = lr_t if self.wd_mode == "decoupled" else gamma
         return 1.0 - rate * self.weight_decay, 0.0
-
-
-@numba.njit(inline="always")
-def _moments(xi, gi, mi, vi, b1, omb1, b2, omb2, eps, sqrt_bc2, l2):
-    """Adam's per-element moment update: returns (m_t, v_t, sqrt(v_t)/sqrt(1 - beta2**t) + eps)."""
-    gi = gi + l2 * xi
-    mi = b1 * mi + omb1 * gi
-    vi = b2 * vi + omb2 * (gi * gi)
-    return mi, vi, np.sqrt(vi) / sqrt_bc2 + eps
-
-
-@numba.njit(inline="always")
-def _nadam_moments(xi, gi, mi, vi, b1, omb1, b2, omb2, eps, sqrt_bc2, l2, nest_m, nest_g):
-    """NAdam: Adam's moments, then returns (m_t, v_t, denominator, mhat_t = nest_m*m_t + nest_g*g_t)."""
-    gi = gi + l2 * xi
-    mi = b1 * mi + omb1 * gi
-    vi = b2 * vi + omb2 * (gi * gi)
-    return mi, vi, np.sqrt(vi) / sqrt_bc2 + eps, nest_m * mi + nest_g * gi
-
-
-def _step(x, g, m, v, b1, omb1, b2, omb2, eps, sqrt_bc2, l2, step_size, decay):
-    """One Adam step over flat arrays in torch's operation order:
-    x <- decay * x - step_size * m_t / (sqrt(v_t)/sqrt(bc2) + eps), with step_size = lr_t / bc1."""
-    for i in numba.prange(x.size):
-        xi = x[i]
-        mi, vi, denom = _moments(xi, g[i], m[i], v[i], b1, omb1, b2, omb2, eps, sqrt_bc2, l2)
-        m[i] = mi
-        v[i] = vi
-        x[i] = xi * decay - step_size * (mi / denom)
-
-
-def _direction(u, x, g, m, v, b1, omb1, b2, omb2, eps, sqrt_bc2, l2, inv_bc1):
-    """Adam's direction u = (m_t / bc1) / (sqrt(v_t)/sqrt(bc2) + eps) into ``u``; x is only read."""
-    for i in numba.prange(u.size):
-        mi, vi, denom = _moments(x[i], g[i], m[i], v[i], b1, omb1, b2, omb2, eps, sqrt_bc2, l2)
-        m[i] = mi
-        v[i] = vi
-        u[i] = (mi * inv_bc1) / denom
-
-
-def _nstep(x, g, m, v, b1, omb1, b2, omb2, eps, sqrt_bc2, l2, nest_m, nest_g, lr_t, decay):
-    """One NAdam step over flat arrays: x <- decay * x - lr_t * mhat_t / (sqrt(v_t)/sqrt(bc2) + eps)."""
-    for i in numba.prange(x.size):
-        xi = x[i]
-        mi, vi, denom, mhat = _nadam_moments(xi, g[i], m[i], v[i], b1, omb1, b2, omb2, eps, sqrt_bc2, l2,
-                                             nest_m, nest_g)
-        m[i] = mi
-        v[i] = vi
-        x[i] = xi * decay - lr_t * (mhat / denom)
-
-
-def _ndirection(u, x, g, m, v, b1, omb1, b2, omb2, eps, sqrt_bc2, l2, nest_m, nest_g):
-    """NAdam's direction u = mhat_t / (sqrt(v_t)/sqrt(bc2) + eps) into ``u``; x is only read."""
-    for i in numba.prange(u.size):
-        mi, vi, denom, mhat = _nadam_moments(x[i], g[i], m[i], v[i], b1, omb1, b2, omb2, eps, sqrt_bc2, l2,
-                                             nest_m, nest_g)
-        m[i] = mi
-        v[i] = vi
-        u[i] = mhat / denom
-
-
-_adam_step = elementwise(_step)
-_adam_direction = elementwise(_direction)
-_nadam_step = elementwise(_nstep)
-_nadam_direction = elementwise(_ndirection)
-
-
-def adam_reference(x, g, m, v, t, rule: _AdamBase):
-    """Plain-numpy twin of the kernels (their spec; NAdam when ``rule.nesterov``).
-    Returns (x_new, m_new, v_new)."""
-    d = x.dtype.type
-    c, _ = rule.context(t, None)
-    g = g + d(c.l2) * x
-    m = d(rule.beta1) * m + d(1.0 - rule.beta1) * g
-    v = d(rule.beta2) * v + d(1.0 - rule.beta2) * (g * g)
-    denom = np.sqrt(v) / d(c.sqrt_bc2) + d(rule.eps)
-    if rule.nesterov:
-        mhat = d(c.nest_m) * m + d(c.nest_g) * g
-        return x * d(c.decay) - d(c.lr_t) * (mhat / denom), m, v
-    return x * d(c.decay) - d(c.step_size) * (m / denom), m, v

@@ -11,9 +11,10 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from refopt.core import Rule
-from refopt.kernels import elementwise
+from refopt.core import ArraySpec
+from refopt.kernels import Elementwise
 from refopt.rules import _checks
+from refopt.rules.base import Wrapper
 
 
 class AverageState(NamedTuple):
@@ -34,22 +35,24 @@ class AverageContext(NamedTuple):
     base: Any
 
 
-def _average(mu, x, p, q, r):
-    """mu <- (p*mu + q*x) / r over flat arrays (p, q, r of the arrays' dtype)."""
-    for i in numba.prange(mu.size):
-        mu[i] = (p * mu[i] + q * x[i]) / r
+class _Weights(NamedTuple):
+    p: float
+    q: float
+    r: float
 
 
-average_kernel = elementwise(_average)
+@numba.njit
+def _average(mu, x, s, i, c):
+    """mu <- (p*mu + q*x) / r (eq. (2) of seed 004 with c_t = q/r)."""
+    return (c.p * mu + c.q * x) / c.r
+
+
+_AVERAGE = Elementwise(_average, "average")
 
 
 @dataclass(frozen=True)
-class _Averaging(Rule):
+class _Averaging(Wrapper):
     """The recursion shared by :class:`Average` and :class:`EMA`; subclasses give c_t."""
-
-    def _check_base(self, owner: str) -> None:
-        if not isinstance(self.base, Rule):
-            raise ValueError(f"{owner}: base must be a refopt rule, got {type(self.base).__name__}")
 
     def _weights(self, t: int) -> tuple[float, float, float]:  # pragma: no cover - abstract
         """(p, q, r) with c_t = q/r, 1 - c_t = p/r."""
@@ -59,21 +62,16 @@ class _Averaging(Rule):
         sb = self.base.init_leaf(x, path)
         return AverageState(np.array(self.base.eval_leaf(sb, x, path), order="C", copy=True), sb)
 
-    def check_params(self, paths):
-        self.base.check_params(paths)
+    def leaf_spec(self, x, path):
+        return AverageState(ArraySpec.like(x), self.base.leaf_spec(x, path))
 
-    def init_global(self):
-        return self.base.init_global()
-
-    def context(self, t, glob):
-        base_ctx, glob = self.base.context(t, glob)
-        return AverageContext(*self._weights(t), base_ctx), glob
+    def wrap_context(self, t, base_ctx):
+        return AverageContext(*self._weights(t), base_ctx)
 
     def update_leaf(self, ctx, s, x, g, path):
         x, sb = self.base.update_leaf(ctx.base, s.base, x, g, path)
-        xe = np.ascontiguousarray(self.base.eval_leaf(sb, x, path))
-        d = x.dtype.type
-        average_kernel(s.mu.reshape(-1), xe.reshape(-1), d(ctx.p), d(ctx.q), d(ctx.r))
+        xe = self.base.eval_leaf(sb, x, path)
+        _AVERAGE.replace(s.mu, xe, (), _Weights(ctx.p, ctx.q, ctx.r))
         return x, AverageState(s.mu, sb)
 
     def eval_leaf(self, s, x, path):
@@ -89,7 +87,8 @@ class Average(_Averaging):
     after its step t (t = 1 first) the state's average becomes::
 
         mu_t = (1 - 1/t) * mu_{t-1} + (1/t) * x_t  =  (x_1 + ... + x_t) / t
-        (evaluated as ((t-1) * mu_{t-1} + x_t) / t, which is exact when the iterates are equal)
+        (evaluated as ((t-1) * mu_{t-1} + x_t) / t in x's dtype, so equal iterates give their value back
+        only to rounding: a few units of roundoff per step, accumulating)
 
     the mean of the iterates after each update; the initial x_0 is not included (PITFALLS B16: 1/t, not
     1/(t+1); mu_0 = x_0 is only what :func:`refopt.eval_params` returns before any step).
@@ -109,10 +108,10 @@ class Average(_Averaging):
     base: Rule
 
     def __post_init__(self):
-        self._check_base("Average")
+        self._check_base()
 
     def _weights(self, t):
-        return float(t - 1), 1.0, float(t)     # ((t-1) mu + x) / t: exact for equal iterates
+        return float(t - 1), 1.0, float(t)     # ((t-1) mu + x) / t
 
 
 @dataclass(frozen=True)
@@ -132,6 +131,10 @@ class EMA(_Averaging):
             mu_t = beta * mu_{t-1} + (1 - beta) * x_t,  mu_0 = x_0   (c_t = 1 - beta for every t;
             B16 with x_0 = 10: 10, 10, 9.4)
 
+        start="after_first_step" (with debias=False; torch.optim.swa_utils.AveragedModel with
+            ``get_ema_multi_avg_fn(decay)``: the first average is a copy of the weights after step 1):
+            mu_1 = x_1;  mu_t = beta * mu_{t-1} + (1 - beta) * x_t for t >= 2   (c_1 = 1, then 1 - beta)
+
     Both are weighted means of the iterates: debiased, weight proportional to beta**(t-k) on x_1..x_t
     (x_0 excluded; the weights sum to 1 exactly in exact arithmetic); param-init, weight beta**t on x_0.
     :func:`refopt.eval_params` returns mu (fresh copies). As :class:`Average`, x_t is the base's
@@ -141,28 +144,31 @@ class EMA(_Averaging):
       base: any refopt rule.
       decay: beta in [0, 1) (a window of about 1/(1 - beta) steps; beta = 0 gives mu_t = x_t).
       debias: see above.
+      start: None (default: what ``debias`` says), "x0" (the param-init EMA; needs debias=False) or
+        "after_first_step" (torch's AveragedModel EMA; needs debias=False).
     Shapes/dtypes: mu has x's shape and dtype; the weights are computed in float64 and cast.
-    Raises: ValueError if base is not a refopt rule, decay is outside [0, 1) or debias is not a bool.
+    Raises: ValueError if base is not a refopt rule, decay is outside [0, 1), debias is not a bool, or start
+      is unknown or given with debias=True.
     """
 
     base: Rule
     decay: float = 0.999
     debias: bool = True
+    start: str | None = None
 
     def __post_init__(self):
-        self._check_base("EMA")
+        self._check_base()
         _checks.unit_interval("decay", self.decay)
         _checks.boolean("debias", self.debias)
+        _checks.one_of("start", self.start, {None, "x0", "after_first_step"})
+        if self.start is not None and self.debias:
+            raise ValueError(f"EMA: start={self.start!r} needs debias=False (debias=True starts from zero)")
 
     def _weights(self, t):
         b = float(self.decay)
+        if self.start == "after_first_step":
+            return (0.0, 1.0, 1.0) if t == 1 else (b, 1.0 - b, 1.0)
         if not self.debias:
             return b, 1.0 - b, 1.0
         bt = b ** t
         return (b - bt) / (1.0 - bt), (1.0 - b) / (1.0 - bt), 1.0     # c_1 = 1 exactly
-
-
-def average_reference(mu, x, p, q, r):
-    """Plain-numpy twin of the averaging kernel: (p*mu + q*x)/r in x's dtype."""
-    d = x.dtype.type
-    return (d(p) * mu + d(q) * x) / d(r)

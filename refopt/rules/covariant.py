@@ -7,10 +7,9 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from refopt.core import Rule
+from refopt.linalg.norms import fro_norm, safe_factor, scale, sub_scaled, unit_scaled
 from refopt.rules import _checks
-from refopt.rules.hyperball import WrapperContext, base_direction, check_direction_base, fro_norm, safe_factor, \
-    scale, sub_scaled, unit_scaled
+from refopt.rules.base import DirectionWrapper
 
 
 class CovariantState(NamedTuple):
@@ -49,7 +48,7 @@ def _check_norm(norm) -> None:
 
 
 @dataclass(frozen=True)
-class Covariant(Rule):
+class Covariant(DirectionWrapper):
     r"""The covariant version of a base optimizer: a step of relative size lr along the base direction
     (seed 000, eq. (elr-u); with SGD as the base, eq. (elr-g)).
 
@@ -87,7 +86,7 @@ class Covariant(Rule):
 
     Shapes/dtypes: any float32 / float64 array the base accepts; the state is the base state; the
     scalar lr*gamma_t*||W||/||u|| is computed in float64, then cast, so float32 stays float32.
-    Raises: ValueError for a bad base (see :func:`~refopt.rules.hyperball.check_direction_base`), lr < 0,
+    Raises: ValueError for a bad base (see :meth:`~refopt.rules.base.DirectionWrapper.check_base`), lr < 0,
       an unknown or non-homogeneous norm; during a step, ValueError naming the array when a user norm
       returns a negative or non-finite value, FloatingPointError naming the array when the weights or
       the base direction hold nan or inf ('fro', 'rms'). A tiny (even subnormal) or huge non-zero u is
@@ -95,13 +94,12 @@ class Covariant(Rule):
       magnitude of u (the scalar lr*gamma_t*||W||/||u|| is never formed where it would overflow).
     """
 
-    base: Rule
     lr: float = 1e-3
     norm: str | Callable[[np.ndarray], float] = "fro"
     schedule: Callable[[int], float] | None = None
 
     def __post_init__(self):
-        check_direction_base("Covariant", self.base)
+        self.check_base()
         _checks.nonnegative("lr", self.lr)
         _check_norm(self.norm)
         _checks.schedule(self.schedule)
@@ -121,21 +119,14 @@ class Covariant(Rule):
     def init_leaf(self, x, path):
         return CovariantState(self.base.init_leaf(x, path))
 
-    def check_params(self, paths):
-        self.base.check_params(paths)
-
-    def init_global(self):
-        return self.base.init_global()
-
-    def context(self, t, glob):
-        base_ctx, glob = self.base.context(t, glob)
-        return WrapperContext(self.lr * _checks.schedule_multiplier(self.schedule, t), base_ctx), glob
+    def leaf_spec(self, x, path):
+        return CovariantState(self.base.leaf_spec(x, path))
 
     def _ratio(self, s, x, g, path, ctx, lr_t):
         """(v, a, new state) with a*v = lr_t*||W|| u/||u|| (0 when a norm is 0): v = u when the scalar
         a = lr_t*||W||/||u|| is a safe factor of x's dtype, else v = u/max|u| (a new array) and
         a = lr_t*||W||/||v||, so that a tiny (subnormal) or huge u never makes the scalar overflow."""
-        u, sb = base_direction(self.base, ctx.base, s.base, x, g, path)
+        u, sb = self.base_direction(ctx, s, x, g, path)
         nw = self._norm(x, "W", path)
         nu = self._norm(u, "u", path)
         if not (nw > 0.0 and nu > 0.0):
@@ -147,7 +138,7 @@ class Covariant(Rule):
         return u, a, CovariantState(sb)
 
     def update_leaf(self, ctx, s, x, g, path):
-        u, a, s = self._ratio(s, x, g, path, ctx, ctx.lr_t)
+        u, a, s = self._ratio(s, x, g, path, ctx, float(ctx.lr_t))
         if a > 0.0:
             sub_scaled(x.reshape(-1), u.reshape(-1), x.dtype.type(a))
         return x, s
@@ -156,12 +147,3 @@ class Covariant(Rule):
         u, a, s = self._ratio(s, x, g, path, ctx, 1.0)
         scale(u.reshape(-1), x.dtype.type(a))
         return u, s
-
-
-def covariant_reference(x, u, lr_t):
-    """Plain-numpy twin of one Frobenius Covariant step given the base direction u (float64 norms)."""
-    nw = float(np.linalg.norm(x.astype(np.float64)))
-    nu = float(np.linalg.norm(u.astype(np.float64)))
-    if nw == 0.0 or nu == 0.0:
-        return x.copy()
-    return x - x.dtype.type(lr_t * nw / nu) * u

@@ -8,12 +8,12 @@ from typing import Any, Callable, NamedTuple
 import numba
 import numpy as np
 
-from refopt.core import Rule
-from refopt.kernels import elementwise
+from refopt.core import ArraySpec, Rule, cast_scalar
+from refopt.kernels import AXPBY, Axpby, Elementwise
 from refopt.linalg._msign import _check_norm_options, _msign_svd, newton_schulz, ns_coefficients
 from refopt.rules import _checks
 
-_SCALES = ("spectral", "jordan", "rms_match", "none")
+_SCALES = ("spectral", "jordan", "jordan_4d", "rms_match", "none")
 
 
 def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -32,11 +32,22 @@ def muon_scale(shape: tuple[int, ...], scale: str = "spectral") -> float:
     * ``'spectral'``:  sqrt(fan_out / fan_in)        (seed 003; muP spectral condition, Yang et al. 2023)
     * ``'jordan'``:    sqrt(max(1, fan_out / fan_in)) (KellerJordan/Muon and torch 'original' on their
       (out, in) arrays; optax ``scale_by_shape`` on (in, out) arrays)
+    * ``'jordan_4d'``: KellerJordan/Muon's scale for 4-D conv filters, read from the 4-D shape in refopt's
+      (kh, kw, fan_in, fan_out) layout: sqrt(max(1, kh/kw)) (what its code computes from torch's
+      (out, in, kh, kw) as max(1, size(-2)/size(-1))**0.5); on a 2-D array it equals ``'jordan'``; other
+      ndims raise ValueError
     * ``'rms_match'``: 0.2 * sqrt(max(fan_in, fan_out)) (Moonlight; torch 'match_rms_adamw'; optax
       ``consistent_rms=0.2``): the update RMS matches AdamW's ~0.2
     * ``'none'``:      1
     """
     _checks.one_of("scale", scale, set(_SCALES))
+    if scale == "jordan_4d":
+        if len(shape) == 4:
+            kh, kw = shape[0], shape[1]
+            return math.sqrt(max(1.0, kh / kw)) if kw else 1.0
+        if len(shape) != 2:
+            raise ValueError(f"scale 'jordan_4d' takes 2-D or 4-D (kh, kw, fan_in, fan_out) arrays, got shape {shape}")
+        scale = "jordan"
     fi, fo = matrix_shape(shape)
     if fi == 0 or fo == 0:
         return 1.0
@@ -56,13 +67,27 @@ class MuonState(NamedTuple):
 
 
 class MuonContext(NamedTuple):
-    """The scalars of one step (Python float64): lr*gamma_t, the decay multiplier of x_{t-1}, and the
-    weights of m_t and g_t in the msign input."""
+    """The scalars of one step (Python float64, cast by the walk): lr*gamma_t, the decay multiplier of
+    x_{t-1}, the momentum EMA weights, and the weights of m_t and g_t in the msign input."""
 
     lr_t: float
     decay: float
+    momentum: float
+    omm: float       # 1 - momentum
     w_m: float
     w_g: float
+    u_scale: float   # 1 (the momentum kernel's output is M_t itself)
+
+
+@numba.njit
+def _momentum(x, g, s, i, c):
+    """m_t = mu m_{t-1} + (1 - mu) g_t (written); returns the msign input M_t = w_m m_t + w_g g_t."""
+    m = c.momentum * s.m[i] + c.omm * g
+    s.m[i] = m
+    return c.w_m * m + c.w_g * g
+
+
+_MOMENTUM = Elementwise(_momentum, "muon_momentum")
 
 
 @dataclass(frozen=True)
@@ -88,8 +113,8 @@ class Muon(Rule):
     is returned in the original shape (PITFALLS B07). torch's Linear weight is (out, in): torch's scale on
     its array equals refopt's on the transposed array, and msign(G^T) = msign(G)^T.
 
-    The momentum EMA and the step are numba elementwise kernels (:func:`refopt.kernels.elementwise`,
-    plain-numpy twin :func:`muon_reference`); msign is BLAS matmuls in x's dtype.
+    The momentum EMA and the step are numba elementwise kernels (:class:`refopt.kernels.Elementwise`);
+    msign is BLAS matmuls in x's dtype.
 
     Args:
       lr: peak learning rate eta >= 0 (with scale='spectral', the spectral norm of the step is lr*s).
@@ -99,13 +124,16 @@ class Muon(Rule):
       ns_coeffs, ns_steps: Newton-Schulz schedule: a preset ('jordan', 'polar_express', 'you',
         'classic'), one (a, b, c) row or a list of rows (truncated to ns_steps rows or last row repeated);
         ns_steps an int in [1, 100).
-      scale: 'spectral' (default), 'jordan', 'rms_match' or 'none' (see :func:`muon_scale`).
+      scale: 'spectral' (default), 'jordan', 'jordan_4d' (KellerJordan's conv-filter scale from the 4-D
+        shape), 'rms_match' or 'none' (see :func:`muon_scale`).
       weight_decay: lambda >= 0 (<= 1 in 'independent' mode). wd_mode: 'decoupled' | 'independent'.
       nesterov_mode: 'standard' (KJ, torch, NVIDIA) or 'bias_corrected' (optax.contrib.muon).
       eps_mode, norm_eps, norm_factor: Newton-Schulz pre-normalisation (refopt.msign): 'none' (exact,
         scale invariant, default), 'add' (X/(f||X||_F + eps): KJ 1e-7, optax 1e-8) or 'clamp'
         (X/max(f||X||_F, eps): torch 1e-7).
       schedule: optional t -> gamma_t >= 0.
+      msign_backend: 'cpu' (default) or 'cuda' (the numba-CUDA Newton-Schulz of :func:`refopt.msign`;
+        needs ``pip install "refopt[cuda]"`` and a GPU; the rest of the step stays on the CPU).
 
     Presets: :meth:`like_torch` and :meth:`like_optax` reproduce torch.optim.Muon and optax.contrib.muon
     (up to torch's bfloat16 Newton-Schulz). Moonlight's SGD-sum momentum g + mu*b equals the standard
@@ -130,9 +158,11 @@ class Muon(Rule):
     norm_eps: float = 0.0
     norm_factor: float = 1.0
     schedule: Callable[[int], float] | None = None
+    msign_backend: str = "cpu"
 
     def __post_init__(self):
         _checks.nonnegative("lr", self.lr)
+        _checks.one_of("msign_backend", self.msign_backend, {"cpu", "cuda"})
         _checks.unit_interval("momentum", self.momentum)
         _checks.boolean("nesterov", self.nesterov)
         _checks.one_of("msign", self.msign, {"newton_schulz", "svd"})
@@ -193,74 +223,55 @@ class Muon(Rule):
         if x.ndim < 2:
             raise ValueError(f"Muon takes matrices (ndim >= 2); the parameter at {path} has shape {x.shape}. "
                              f"Route vectors and scalars (biases, gains) to AdamW with refopt.Partition.")
+        muon_scale(x.shape, self.scale)   # raises for shapes the scale does not take ('jordan_4d')
         return MuonState(np.zeros_like(x))
+
+    def leaf_spec(self, x, path):
+        return MuonState(ArraySpec.like(x))
+
+    def decoupled_decay(self):
+        return self.weight_decay > 0
 
     def context(self, t, glob):
         gamma = _checks.schedule_multiplier(self.schedule, t)
-        lr_t = self.lr * gamma
+        lr_t = float(self.lr) * gamma
         decay = 1.0 - (lr_t if self.wd_mode == "decoupled" else gamma) * self.weight_decay
-        mu = self.momentum
+        mu = float(self.momentum)
         if self.nesterov_mode == "standard":
             w_m, w_g = (mu, 1.0 - mu) if self.nesterov else (1.0, 0.0)
         elif self.nesterov:
             w_m, w_g = mu / (1.0 - mu ** (t + 1)), (1.0 - mu) / (1.0 - mu ** t)
         else:
             w_m, w_g = 1.0 / (1.0 - mu ** t), 0.0
-        return MuonContext(lr_t, decay, w_m, w_g), glob
+        return MuonContext(lr_t, decay, mu, 1.0 - mu, w_m, w_g, 1.0), glob
 
-    def _orthogonalised(self, c: MuonContext, s: MuonState, g: np.ndarray) -> np.ndarray:
+    def _step_scalars(self, ctx, x):
+        """(decay, lr_t * scale) for x, the product formed in float64 and cast checked."""
+        step = float(ctx.lr_t) * muon_scale(x.shape, self.scale)
+        return Axpby(ctx.decay, cast_scalar(step, x.dtype, "Muon.lr_t * scale", True))
+
+    def prepare(self, ctx, ss, xs, gs, paths):
+        for x in xs:   # the per-array step scalars are checked before any array is written
+            cast_scalar(float(ctx.lr_t) * muon_scale(x.shape, self.scale), x.dtype, "Muon.lr_t * scale", True)
+        return gs
+
+    def _orthogonalised(self, c: MuonContext, s: MuonState, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         """Advance m in place and return O_t = msign(M_t) on the 2-D view, as a new (fan_in, fan_out) array."""
-        d = g.dtype.type
         M = np.empty(g.shape, g.dtype)
-        _momentum_kernel(s.m.reshape(-1), np.ascontiguousarray(g).reshape(-1), M.reshape(-1),
-                         d(self.momentum), d(1.0 - self.momentum), d(c.w_m), d(c.w_g))
+        _MOMENTUM.direction(M, x, g, s, c)
         M = M.reshape(matrix_shape(g.shape))
         if self.msign == "svd":
             return _msign_svd(M, None)
-        return newton_schulz(M, self._rows, self.eps_mode,
-                             self.norm_eps, self.norm_factor)
+        if self.msign_backend == "cuda":
+            return newton_schulz(M, self._rows, self.eps_mode, self.norm_eps, self.norm_factor, backend="cuda")
+        return newton_schulz(M, self._rows, self.eps_mode, self.norm_eps, self.norm_factor)
 
     def update_leaf(self, ctx, s, x, g, path):
-        O = self._orthogonalised(ctx, s, g)
-        d = x.dtype.type
-        _step_kernel(x.reshape(-1), O.reshape(-1), d(ctx.decay), d(ctx.lr_t * muon_scale(x.shape, self.scale)))
+        O = self._orthogonalised(ctx, s, x, g)
+        AXPBY.step(x, O, (), self._step_scalars(ctx, x))
         return x, s
 
     def direction_leaf(self, ctx, s, x, g, path):
-        O = self._orthogonalised(ctx, s, g)
+        O = self._orthogonalised(ctx, s, x, g)
         O *= x.dtype.type(muon_scale(x.shape, self.scale))
         return O.reshape(x.shape), s
-
-
-def _momentum(m, g, out, mu, one_minus_mu, w_m, w_g):
-    """m <- mu*m + (1-mu)*g (in place) and out = w_m*m + w_g*g over flat arrays."""
-    for i in numba.prange(m.size):
-        gi = g[i]
-        mi = mu * m[i] + one_minus_mu * gi
-        m[i] = mi
-        out[i] = w_m * mi + w_g * gi
-
-
-def _step(x, o, decay, step):
-    """x <- decay*x - step*o over flat arrays."""
-    for i in numba.prange(x.size):
-        x[i] = decay * x[i] - step * o[i]
-
-
-_momentum_kernel = elementwise(_momentum)
-_step_kernel = elementwise(_step)
-
-
-def muon_reference(x, g, m, t, rule: Muon):
-    """Plain-numpy twin of :meth:`Muon.update_leaf` (its spec). Returns (x_new, m_new)."""
-    d = x.dtype.type
-    c, _ = rule.context(t, None)
-    m = d(rule.momentum) * m + d(1.0 - rule.momentum) * g
-    M = (d(c.w_m) * m + d(c.w_g) * g).reshape(matrix_shape(x.shape))
-    if rule.msign == "svd":
-        O = _msign_svd(M, None)
-    else:
-        O = newton_schulz(M, ns_coefficients(rule.ns_coeffs, rule.ns_steps), rule.eps_mode, rule.norm_eps,
-                          rule.norm_factor)
-    step = d(c.lr_t * muon_scale(x.shape, rule.scale))
-    return d(c.decay) * x - step * O.reshape(x.shape), m

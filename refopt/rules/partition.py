@@ -5,13 +5,14 @@ Practitioners train the hidden matrices of a network with Muon or Hyperball and 
 modded-nanogpt; Moonlight). :class:`Partition` expresses this as one rule: each parameter leaf gets a
 *label*, each label a rule, in the manner of optax's ``partition`` (``multi_transform``) combinator.
 
-Default labellings (each documented below): :func:`gpt_labels` for refopt's GPT (``models/gpt.py``),
-:func:`mlp_labels` for an MLP, and :func:`matrix_labels` (every 2-D array) as in
-``optax.contrib.muon``'s default (CONVENTIONS.md 2.4).
+Labellings: the reference models give theirs as data, a tree of label strings shaped like the params
+(``models.gpt.labels(params)``, ``models.mlp.labels(params)``; ``refopt.gpt_labels`` and ``refopt.mlp_labels``
+are aliases), which checkpoints store; :func:`matrix_labels` (every 2-D array) is optax.contrib.muon's
+default (CONVENTIONS.md 2.4).
 """
 from __future__ import annotations
 
-import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
@@ -19,6 +20,11 @@ import numpy as np
 
 from refopt import tree as T
 from refopt.core import Rule
+
+
+class RefoptWarning(UserWarning):
+    """A configuration that runs but probably does not do what was meant (e.g. a Partition rule that no
+    parameter reaches). Turn it into an error with ``warnings.simplefilter("error", refopt.RefoptWarning)``."""
 
 HIDDEN = "hidden"
 OTHER = "other"
@@ -49,11 +55,12 @@ class Partition(Rule):
 
     Args:
       rules: ``{label: rule}``, a non-empty dict with string labels and refopt rules as values. A rule
-        whose label no leaf carries is allowed (it then just runs its ``context`` every step).
+        whose label no leaf carries is allowed (it then just runs its ``context`` every step), but
+        :func:`refopt.init` warns (:class:`RefoptWarning`) since it is usually a labelling mistake.
       labels: either a function ``(path, array) -> label`` (path as :mod:`refopt.tree` writes it, e.g.
-        ``blocks[0].attn.w_q``; see :func:`gpt_labels`, :func:`matrix_labels`), or a tree of label
-        strings with the same structure as params (e.g. from :func:`mlp_labels`); a labels tree is
-        matched to params by leaf path.
+        ``blocks[0].attn.w_q``; see :func:`matrix_labels`), or a tree of label strings with the same
+        structure as params (e.g. ``models.gpt.labels(params)``); a labels tree is matched to params by
+        leaf path.
 
     State: per leaf :class:`PartitionLeaf` ``(label, inner)``; global ``{label: sub-rule global}``.
     Shapes/dtypes: whatever each sub-rule accepts.
@@ -154,66 +161,55 @@ class Partition(Rule):
     def eval_leaf(self, s, x, path):
         return self._rule(s, path).eval_leaf(s.inner, x, path)
 
+    def leaf_spec(self, x, path):
+        label = self.label_of(path, x)
+        return PartitionLeaf(label, self.rules[label].leaf_spec(x, path))
 
-# --- default labellings ---------------------------------------------------------------------------
+    def squares_grads(self, s):
+        return self._rule(s, "").squares_grads(s.inner)
 
-_GPT_HIDDEN = re.compile(r"blocks\[\d+\]\.(attn\.w_(q|k|v|o)|mlp\.w_(up|gate|down))")
-_GPT_OTHER_MATRIX = re.compile(r"(wte|wpe|lm_head)")
+    def lr_info(self, ctx):
+        """``{label: lr_t}`` (``{"label.group": lr_t}`` for a sub-rule reporting several groups)."""
+        out = {}
+        for k, r in self.rules.items():
+            for g, v in r.lr_info(ctx[k]).items():
+                out[k if g == "all" else f"{k}.{g}"] = v
+        return out
+
+    def _groups(self, ss):
+        groups: dict[str, list[int]] = {}
+        for i, s in enumerate(ss):
+            groups.setdefault(s.label, []).append(i)
+        return groups
+
+    def prepare(self, ctx, ss, xs, gs, paths):
+        """Each sub-rule's pre-pass over the leaves it owns (e.g. a ClipByGlobalNorm per group)."""
+        gs = list(gs)
+        for label, idx in self._groups(ss).items():
+            sub = self.rules[label].prepare(ctx[label], [ss[i].inner for i in idx], [xs[i] for i in idx],
+                                            [gs[i] for i in idx], [paths[i] for i in idx])
+            for i, g in zip(idx, sub):
+                gs[i] = g
+        return gs
+
+    def after_init(self, leaves, paths):
+        """Warn (:class:`refopt.RefoptWarning`) for each rule that got no parameter: it would silently never
+        run (e.g. Muon under labels that put every array in 'other'). Then each sub-rule's own look."""
+        groups = self._groups(leaves)
+        for label in self.rules:
+            if label not in groups:
+                warnings.warn(f"Partition: no parameter has the label {label!r}, so its rule "
+                              f"{type(self.rules[label]).__name__} never runs (labels: "
+                              f"{ {k: len(v) for k, v in groups.items()} } arrays)", RefoptWarning, stacklevel=3)
+        for label, idx in groups.items():
+            self.rules[label].after_init([leaves[i].inner for i in idx], [paths[i] for i in idx])
 
 
-def gpt_labels(path: str, x: np.ndarray) -> str:
-    """Label of a parameter of refopt's GPT (``models/gpt.py``) for :class:`Partition`.
-
-    * ``'hidden'`` (Muon / Hyperball): the attention and MLP matrices of every block,
-      ``blocks[i].attn.w_q``, ``w_k``, ``w_v``, ``w_o``, ``blocks[i].mlp.w_up``, ``w_gate``, ``w_down``.
-    * ``'other'`` (AdamW): the token and position embeddings ``wte``, ``wpe``, the head ``lm_head``, and
-      every array with ndim <= 1 (RMSNorm gains ``blocks[i].attn_norm``, ``mlp_norm``, ``final_norm``,
-      QK-norm gains, biases if any).
-
-    This is the split of Keller Jordan's Muon README and modded-nanogpt (embeddings, head and gains to
-    AdamW). It reads the path string only (refopt's core never imports ``models``).
-
-    Raises: ValueError naming the path for a hidden matrix that is not at least 2-D, or for an array with
-      ndim >= 2 whose name is none of the above (so a renamed or new matrix is never silently sent to
-      the wrong optimizer; pass your own labels function then).
-    """
-    if _GPT_HIDDEN.fullmatch(path):
-        if x.ndim < 2:
-            raise ValueError(f"gpt_labels: {path} should be a matrix, got shape {x.shape}")
-        return HIDDEN
-    if x.ndim <= 1 or _GPT_OTHER_MATRIX.fullmatch(path):
-        return OTHER
-    raise ValueError(f"gpt_labels: unknown GPT matrix {path} (shape {x.shape}); known: blocks[i].attn.w_q/"
-                     f"w_k/w_v/w_o, blocks[i].mlp.w_up/w_gate/w_down, wte, wpe, lm_head")
-
+# --- a generic labelling (the reference models' own are in models/: models.gpt.labels, models.mlp.labels) ---
 
 def matrix_labels(path: str, x: np.ndarray) -> str:
     """``'hidden'`` for every 2-D array, ``'other'`` for the rest: the default split of
     ``optax.contrib.muon`` (CONVENTIONS.md 2.4). Note that it also sends 2-D embeddings and heads to the
-    'hidden' rule, which practitioners avoid (use :func:`gpt_labels` / :func:`mlp_labels` for that)."""
+    'hidden' rule, which practitioners avoid (use the models' own labellings, ``models.gpt.labels`` /
+    ``models.mlp.labels``, for that)."""
     return HIDDEN if x.ndim == 2 else OTHER
-
-
-def mlp_labels(params: Any, first: str = OTHER, last: str = OTHER) -> Any:
-    """A labels tree (shaped like ``params``) for an MLP, for ``Partition(labels=mlp_labels(params))``.
-
-    The weight matrices are the 2-D leaves taken in flatten order, which is layer order for refopt's MLP
-    (``{"layers": [{"w": (fan_in, fan_out), "b": (fan_out,)}, ...]}``). The first one (the input layer)
-    gets ``first`` and the last one (the classifier head) gets ``last``, both ``'other'`` (AdamW) by
-    default, as Keller Jordan's Muon README advises (Muon for hidden layers only; input layer and head
-    with AdamW). The matrices in between get ``'hidden'``; every array with ndim != 2 (biases) gets
-    ``'other'``. Consequently an MLP with a single hidden layer (two weight matrices) has no 'hidden'
-    leaf unless you pass ``first='hidden'`` or ``last='hidden'``.
-
-    This takes params rather than one (path, array) pair because "the last layer" cannot be read from a
-    single path. The result is a plain tree of strings, so it is stored in checkpoints.
-    Raises: ValueError if params has no 2-D leaf.
-    """
-    xs, paths, td = T.flatten(params)
-    mats = [i for i, x in enumerate(xs) if np.ndim(x) == 2]
-    if not mats:
-        raise ValueError("mlp_labels: params has no 2-D weight matrix")
-    labels = [HIDDEN if i in mats else OTHER for i in range(len(xs))]
-    labels[mats[0]] = first
-    labels[mats[-1]] = last if len(mats) > 1 else first
-    return T.unflatten(td, labels)

@@ -50,8 +50,8 @@ from typing import Callable, NamedTuple
 import numba
 import numpy as np
 
-from refopt.core import Rule
-from refopt.kernels import elementwise
+from refopt.core import ArraySpec, Rule
+from refopt.kernels import Elementwise
 from refopt.rules import _checks
 
 
@@ -65,12 +65,23 @@ class SFGlobal(NamedTuple):
 
 
 class SFContext(NamedTuple):
-    """The scalars of one step, in float64 (cast to the array dtype in the kernels)."""
+    """The scalars of one step, in float64 (cast to the array dtype by the walk)."""
 
-    t: int
-    lr: float      # the z step size: gamma_t = (lr * schedule(t)) * warm_t (warm_{t-1} with warmup_lag)
-    c: float       # averaging coefficient c_t (0 when weight_sum = 0)
-    bc2: float     # 1 - beta2**t (AdamW only; 1 for SGD)
+    lr_t: float         # the z step size (logged as the lr of the step)
+    lr: float           # the z step size: gamma_t = (lr * schedule(t)) * warm_t (warm_{t-1} with warmup_lag)
+    c: float            # averaging coefficient c_t (0 when weight_sum = 0)
+    omc: float          # 1 - c_t
+    beta: float         # interpolation beta (SGD) / beta1 (AdamW)
+    ombeta: float       # 1 - beta
+    use_wd: bool        # weight_decay != 0
+    weight_decay: float  # lambda (SGD's L2 at y)
+    lr_wd: float        # gamma_t * lambda (AdamW's decoupled decay)
+    decay_at_z: bool
+    beta2: float        # AdamW only (0 for SGD)
+    omb2: float
+    bc2: float          # 1 - beta2**t (AdamW only; 1 for SGD)
+    eps: float
+    neg_lr: float       # -gamma_t
 
 
 class SFSGDState(NamedTuple):
@@ -125,6 +136,14 @@ class _SFBase(Rule):
         c = weight / weight_sum if weight_sum != 0 else 0.0
         z_lr = scaled * _warm_lagged(t, self.warmup_steps) if self.warmup_lag else lr
         return z_lr, c, SFGlobal(t, weight_sum, lr_max)
+
+    def _context(self, lr, c, beta, beta2, omb2, bc2, eps) -> SFContext:
+        wd = float(self.weight_decay)
+        return SFContext(lr, lr, c, 1.0 - c, beta, 1.0 - beta, wd != 0, wd, lr * wd,
+                         bool(getattr(self, "decay_at_z", False)), beta2, omb2, bc2, eps, -lr)
+
+    def lr_info(self, ctx):
+        return {"all": float(ctx.lr)}
 
     def eval_leaf(self, s, x, path):
         """The stored average x (a read-only view of the state array; not recomputed from y and z)."""
@@ -182,15 +201,15 @@ class ScheduleFreeSGD(_SFBase):
     def init_leaf(self, x, path):
         return SFSGDState(np.array(x, order="C", copy=True), np.array(x, order="C", copy=True))
 
+    def leaf_spec(self, x, path):
+        return SFSGDState(ArraySpec.like(x), ArraySpec.like(x))
+
     def context(self, t, glob):
         lr, c, glob = self._averaging(t, glob)
-        return SFContext(t, lr, c, 1.0), glob
+        return self._context(lr, c, float(self.beta), 0.0, 0.0, 1.0, 1.0), glob
 
     def update_leaf(self, ctx, s, x, g, path):
-        d = x.dtype.type
-        _sf_sgd_kernel(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.z.reshape(-1), s.x.reshape(-1),
-                       self.weight_decay != 0, d(self.weight_decay), d(ctx.lr), d(1.0 - ctx.c), d(ctx.c),
-                       d(self.beta), d(1.0 - self.beta))
+        _SF_SGD.replace(x, g, s, ctx)
         return x, s
 
 
@@ -252,76 +271,49 @@ class ScheduleFreeAdamW(_SFBase):
         return SFAdamWState(np.array(x, order="C", copy=True), np.array(x, order="C", copy=True),
                             np.zeros(x.shape, x.dtype))
 
+    def leaf_spec(self, x, path):
+        return SFAdamWState(ArraySpec.like(x), ArraySpec.like(x), ArraySpec.like(x))
+
+    def squares_grads(self, s):
+        return True
+
     def context(self, t, glob):
         lr, c, glob = self._averaging(t, glob)
-        return SFContext(t, lr, c, 1.0 - self.beta2 ** t), glob
+        b2 = float(self.beta2)
+        return self._context(lr, c, float(self.beta1), b2, 1.0 - b2, 1.0 - b2 ** t, float(self.eps)), glob
 
     def update_leaf(self, ctx, s, x, g, path):
-        d = x.dtype.type
-        _sf_adamw_kernel(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.z.reshape(-1), s.x.reshape(-1),
-                         s.v.reshape(-1), self.weight_decay != 0, self.decay_at_z, d(ctx.lr * self.weight_decay),
-                         d(self.beta2), d(1.0 - self.beta2), d(ctx.bc2), d(self.eps), d(-ctx.lr),
-                         d(1.0 - ctx.c), d(ctx.c), d(self.beta1), d(1.0 - self.beta1))
+        _SF_ADAMW.replace(x, g, s, ctx)
         return x, s
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Kernels (flat arrays; y is the params array, written last). The operation order is the reference's
-# torch calls: sub_(g, alpha=lr) -> z - lr*g; mul_(1-c).add_(z, alpha=c) -> x*(1-c) + c*z; ...
+# The per-element arithmetic (y is the params element; the new y is returned). The operation order is the
+# reference's torch calls: sub_(g, alpha=lr) -> z - lr*g; mul_(1-c).add_(z, alpha=c) -> x*(1-c) + c*z; ...
+
+@numba.njit
+def _sf_sgd(y, g, s, i, c):
+    if c.use_wd:
+        g = g + c.weight_decay * y
+    z = s.z[i] - c.lr * g
+    x = s.x[i] * c.omc + c.c * z
+    s.z[i] = z
+    s.x[i] = x
+    return x * c.beta + c.ombeta * z
 
 
-def _sf_sgd(y, g, z, x, use_wd, wd, lr, omc, c, beta, ombeta):
-    for i in numba.prange(y.size):
-        gi = g[i]
-        if use_wd:
-            gi = gi + wd * y[i]
-        zi = z[i] - lr * gi
-        xi = x[i] * omc + c * zi
-        z[i] = zi
-        x[i] = xi
-        y[i] = xi * beta + ombeta * zi
+@numba.njit
+def _sf_adamw(y, g, s, i, c):
+    z = s.z[i]
+    if c.use_wd:
+        z = z - c.lr_wd * (z if c.decay_at_z else y)
+    v = s.v[i] * c.beta2 + c.omb2 * g * g
+    z = z + c.neg_lr * g / (np.sqrt(v / c.bc2) + c.eps)
+    x = s.x[i] * c.omc + c.c * z
+    s.v[i] = v
+    s.z[i] = z
+    s.x[i] = x
+    return x * c.beta + c.ombeta * z
 
 
-def _sf_adamw(y, g, z, x, v, use_wd, decay_at_z, lr_wd, b2, omb2, bc2, eps, neg_lr, omc, c, beta1, ombeta1):
-    for i in numba.prange(y.size):
-        gi = g[i]
-        zi = z[i]
-        if use_wd:
-            zi = zi - lr_wd * (zi if decay_at_z else y[i])
-        vi = v[i] * b2 + omb2 * gi * gi
-        denom = np.sqrt(vi / bc2) + eps
-        zi = zi + neg_lr * gi / denom
-        xi = x[i] * omc + c * zi
-        v[i] = vi
-        z[i] = zi
-        x[i] = xi
-        y[i] = xi * beta1 + ombeta1 * zi
-
-
-_sf_sgd_kernel = elementwise(_sf_sgd)
-_sf_adamw_kernel = elementwise(_sf_adamw)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Plain-numpy twins (the kernels' spec; the tests use their own independent oracle).
-
-def sf_sgd_reference(y, g, z, x, ctx: SFContext, rule: ScheduleFreeSGD):
-    """One step on copies: returns (y_new, z_new, x_new)."""
-    d = y.dtype.type
-    if rule.weight_decay != 0:
-        g = g + d(rule.weight_decay) * y
-    z = z - d(ctx.lr) * g
-    x = x * d(1.0 - ctx.c) + d(ctx.c) * z
-    return x * d(rule.beta) + d(1.0 - rule.beta) * z, z, x
-
-
-def sf_adamw_reference(y, g, z, x, v, ctx: SFContext, rule: ScheduleFreeAdamW):
-    """One step on copies: returns (y_new, z_new, x_new, v_new)."""
-    d = y.dtype.type
-    if rule.weight_decay != 0:
-        z = z - d(ctx.lr * rule.weight_decay) * (z if rule.decay_at_z else y)
-    v = v * d(rule.beta2) + d(1.0 - rule.beta2) * g * g
-    denom = np.sqrt(v / d(ctx.bc2)) + d(rule.eps)
-    z = z + d(-ctx.lr) * g / denom
-    x = x * d(1.0 - ctx.c) + d(ctx.c) * z
-    return x * d(rule.beta1) + d(1.0 - rule.beta1) * z, z, x, v
+_SF_SGD, _SF_ADAMW = Elementwise(_sf_sgd, "sf_sgd"), Elementwise(_sf_adamw, "sf_adamw")

@@ -7,9 +7,10 @@ from typing import Callable, NamedTuple
 import numba
 import numpy as np
 
-from refopt.core import Rule
-from refopt.kernels import elementwise
+from refopt.core import ArraySpec
+from refopt.kernels import Elementwise
 from refopt.rules import _checks
+from refopt.rules.base import ElementwiseRule, lr_at
 
 
 class SGDState(NamedTuple):
@@ -18,8 +19,38 @@ class SGDState(NamedTuple):
     b: np.ndarray
 
 
+class SGDContext(NamedTuple):
+    """One step's scalars (float64 here; cast to the array dtype by the walk)."""
+
+    lr_t: float          # lr * gamma_t
+    decay: float         # 1 (SGD's decay is L2, inside g)
+    step: float          # lr_t
+    u_scale: float       # 1
+    weight_decay: float  # lambda
+    momentum: float      # mu
+    keep_g: float        # 1 - tau, or 1 on step 1 (b_1 = g_1)
+    keep_b: float        # mu, or 0 on step 1
+    nesterov: bool
+
+
+@numba.njit
+def _plain(x, g, s, i, c):
+    return g + c.weight_decay * x
+
+
+@numba.njit
+def _momentum(x, g, s, i, c):
+    g = g + c.weight_decay * x
+    b = c.keep_b * s.b[i] + c.keep_g * g
+    s.b[i] = b
+    return g + c.momentum * b if c.nesterov else b
+
+
+_PLAIN, _MOMENTUM = Elementwise(_plain, "sgd"), Elementwise(_momentum, "sgd_momentum")
+
+
 @dataclass(frozen=True)
-class SGD(Rule):
+class SGD(ElementwiseRule):
     r"""Stochastic gradient descent, torch.optim.SGD semantics (CONVENTIONS.md 1.1).
 
     At step t (t = 1 for the first update), with gamma_t = schedule(t) (1 without a schedule)::
@@ -50,6 +81,8 @@ class SGD(Rule):
     weight_decay: float = 0.0
     schedule: Callable[[int], float] | None = None
 
+    State = SGDState
+
     def __post_init__(self):
         _checks.nonnegative("lr", self.lr)
         _checks.unit_interval("momentum", self.momentum)
@@ -63,66 +96,16 @@ class SGD(Rule):
     def init_leaf(self, x, path):
         return SGDState(np.zeros_like(x) if self.momentum > 0 else np.zeros(0, x.dtype))
 
+    def leaf_spec(self, x, path):
+        return SGDState(ArraySpec(x.shape if self.momentum > 0 else (0,), x.dtype))
+
     def context(self, t, glob):
-        return (t, self.lr * _checks.schedule_multiplier(self.schedule, t)), glob
+        lr_t, mu, first = lr_at(self, t), float(self.momentum), t == 1
+        return SGDContext(lr_t, 1.0, lr_t, 1.0, float(self.weight_decay), mu, 1.0 if first else 1.0 - self.dampening,
+                          0.0 if first else mu, self.nesterov), glob
 
-    def _scalars(self, ctx, d):
-        t, lr_t = ctx
-        first = t == 1
-        mu = self.momentum
-        return (d(self.weight_decay), d(mu), d(1.0 if first else 1.0 - self.dampening), d(0.0 if first else mu),
-                mu > 0, self.nesterov)
+    def kernel(self):
+        return _MOMENTUM if self.momentum > 0 else _PLAIN
 
-    def update_leaf(self, ctx, s, x, g, path):
-        d = x.dtype.type
-        _sgd_step(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), s.b.reshape(-1),
-                  _checks.cast(x.dtype, "lr * schedule(t)", ctx[1]),
-                  *self._scalars(ctx, d))
-        return x, s
-
-    def direction_leaf(self, ctx, s, x, g, path):
-        d = x.dtype.type
-        u = np.empty(x.shape, x.dtype)
-        _sgd_direction(u.reshape(-1), np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(g).reshape(-1),
-                       s.b.reshape(-1), *self._scalars(ctx, d))
-        return u, s
-
-
-@numba.njit(inline="always")
-def _direction_elem(xi, gi, b, i, wd, mu, keep_g, keep_b, use_momentum, nesterov):
-    """u_i of one element; writes the momentum buffer b[i]. ``keep_b``/``keep_g`` are mu and (1 - tau),
-    except on the first step where they are 0 and 1 (b_1 = g_1)."""
-    gi = gi + wd * xi
-    if not use_momentum:
-        return gi
-    bi = keep_b * b[i] + keep_g * gi
-    b[i] = bi
-    return gi + mu * bi if nesterov else bi
-
-
-def _step(x, g, b, lr, wd, mu, keep_g, keep_b, use_momentum, nesterov):
-    """x <- x - lr * u over flat arrays."""
-    for i in numba.prange(x.size):
-        x[i] = x[i] - lr * _direction_elem(x[i], g[i], b, i, wd, mu, keep_g, keep_b, use_momentum, nesterov)
-
-
-def _direction(u, x, g, b, wd, mu, keep_g, keep_b, use_momentum, nesterov):
-    """u <- the SGD direction over flat arrays; x is only read."""
-    for i in numba.prange(u.size):
-        u[i] = _direction_elem(x[i], g[i], b, i, wd, mu, keep_g, keep_b, use_momentum, nesterov)
-
-
-_sgd_step = elementwise(_step)
-_sgd_direction = elementwise(_direction)
-
-
-def sgd_reference(x, g, b, t, rule: SGD):
-    """Plain-numpy twin of the kernel (the spec it is tested against). Returns (x_new, b_new)."""
-    d = x.dtype.type
-    lr = d(rule.lr * _checks.schedule_multiplier(rule.schedule, t))
-    g = g + d(rule.weight_decay) * x
-    u = g
-    if rule.momentum > 0:
-        b = g.copy() if t == 1 else d(rule.momentum) * b + d(1.0 - rule.dampening) * g
-        u = g + d(rule.momentum) * b if rule.nesterov else b
-    return x - lr * u, b
+    def kernel_state(self, s):
+        return s if self.momentum > 0 else ()
