@@ -66,6 +66,12 @@ def main():
         ("AdamW", refopt.AdamW(lr=1e-3), lambda p: to.AdamW(p, lr=1e-3, fused=True), "fused"),
         ("NAdam (optax form)", refopt.Adam(lr=1e-3, nesterov=True), lambda p: to.NAdam(p, lr=1e-3, foreach=True),
          "foreach (Dozat form)"),
+        ("AMSGrad (torch form)", refopt.Adam(lr=1e-3, amsgrad=True),
+         lambda p: to.Adam(p, lr=1e-3, amsgrad=True, fused=True), "fused"),
+        ("NAdam (torch form)", refopt.Adam(lr=1e-3, nesterov=True, momentum_decay=4e-3),
+         lambda p: to.NAdam(p, lr=1e-3, foreach=True), "foreach"),
+        ("Lion", refopt.Lion(lr=1e-4), None, "-"),
+        ("Clip(AdamW)", refopt.ClipByGlobalNorm(refopt.AdamW(lr=1e-3), max_norm=1.0), None, "-"),
         ("ScheduleFreeSGD", refopt.ScheduleFreeSGD(lr=1e-3),
          (lambda p: _train(sf.SGDScheduleFree(p, lr=1e-3, foreach=True))) if sf else None, "schedulefree foreach"),
         ("ScheduleFreeAdamW", refopt.ScheduleFreeAdamW(lr=1e-3),
@@ -73,7 +79,8 @@ def main():
         ("EMA(AdamW)", refopt.EMA(refopt.AdamW(lr=1e-3), decay=0.999), None, "-"),
         ("Average(AdamW)", refopt.Average(refopt.AdamW(lr=1e-3)), None, "-"),
     ]
-    print(f"N = {args.n:,} float32, one leaf; median / min of {args.repeats} in ms")
+    import os
+    print(f"N = {args.n:,} float32, one leaf; median / min of {args.repeats} in ms; load {os.getloadavg()[0]:.1f}")
     print(f"{'rule':22s} {'refopt update_':>18s} {'torch':>18s}  torch path")
     for name, rule, make_torch, path in cases:
         x = x0.copy()
