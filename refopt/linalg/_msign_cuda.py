@@ -180,10 +180,11 @@ def msign_cuda(G, rows, eps_mode="none", norm_eps=0.0, norm_factor=1.0, *, stack
     cuda = _cuda()
     on_host = isinstance(G, np.ndarray)
     if not on_host:
-        if not cuda.is_cuda_array(G):
+        if getattr(cuda, "is_cuda_array", lambda a: False)(G):     # numba, CuPy, torch.cuda, ... arrays
+            G = cuda.as_cuda_array(G)
+        elif not (hasattr(G, "copy_to_host") and hasattr(G, "dtype")):    # (the simulator's device arrays)
             raise ValueError(f"msign(backend='cuda') takes a numpy array or a CUDA device array, got "
                              f"{type(G).__name__}")
-        G = cuda.as_cuda_array(G)
     if G.dtype not in (np.float32, np.float64):
         raise ValueError(f"msign takes a float32 or float64 array, got {G.dtype}")
     if (G.ndim < 2) if stack else (G.ndim != 2):
