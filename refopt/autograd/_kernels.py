@@ -196,3 +196,359 @@ def rms_norm_vjp_reference(g, gain, xhat, r):
     h = g * gain
     mu = np.mean(h.astype(np.float64) * xhat, axis=-1, keepdims=True)
     return (r.reshape(xhat.shape[:-1] + (1,)) * (h - xhat * mu)).astype(g.dtype)
+
+
+# =====================================================================================================
+# Model-level fused kernels (the GPT's hot path; ``nn.self_attention``, ``nn.ffn_activation``,
+# ``nn.rms_norm``, ``nn.cross_entropy``, ``nn.embedding``). Parallel over independent rows / (batch, head)
+# pairs with ``prange``: each output element is written by one iteration, in a fixed order, and every
+# reduction over rows (gains' gradients) goes through per-chunk partials of a fixed chunk size summed
+# afterwards in chunk order, so results do not depend on the number of threads. No atomics, no fastmath.
+# Inner loops are written as "axpy" over a contiguous axis (out[j] += a * x[j]) so LLVM can vectorise
+# them without reassociating any sum: every dot product is still summed in index order.
+# =====================================================================================================
+from numba import prange  # noqa: E402
+
+#: rows per partial sum of a gain gradient (fixed, so the summation order is independent of threads)
+ROW_CHUNK = 64
+
+
+@njit(cache=True, parallel=True)
+def _rms_norm_fwd(x, gain, eps, y, xhat, r):  # x (N, C); r (N,) float64; sum of squares in float64
+    N, C = x.shape
+    for i in prange(N):
+        acc = 0.0
+        for j in range(C):
+            acc += float(x[i, j]) * float(x[i, j])
+        ri = 1.0 / np.sqrt(acc / C + eps)
+        r[i] = ri
+        for j in range(C):
+            xh = x[i, j] * ri
+            xhat[i, j] = xh
+            y[i, j] = xhat[i, j] * gain[j]
+
+
+@njit(cache=True, parallel=True)
+def _rms_norm_bwd(g, gain, xhat, r, dx, dgain_part, with_dgain, n_chunks):
+    # dx = r (h - xhat mean(h xhat)), h = g gain; dgain_part[c] = sum over chunk c's rows of g xhat
+    N, C = g.shape
+    for c in prange(n_chunks):
+        for i in range(c * ROW_CHUNK, min(N, (c + 1) * ROW_CHUNK)):
+            acc = 0.0
+            for j in range(C):
+                acc += float(g[i, j] * gain[j]) * float(xhat[i, j])
+            mu = acc / C
+            for j in range(C):
+                dx[i, j] = r[i] * (float(g[i, j] * gain[j]) - float(xhat[i, j]) * mu)
+            if with_dgain:
+                for j in range(C):
+                    dgain_part[c, j] += g[i, j] * xhat[i, j]
+
+
+def rms_norm_fused(x: np.ndarray, gain: np.ndarray, eps: float):
+    """Parallel :func:`rms_norm`: (y, xhat, r) for x (..., C) (float64 sums of squares), y, xhat like x."""
+    C = x.shape[-1]
+    x2 = np.ascontiguousarray(x).reshape(-1, C)
+    y, xhat = np.empty_like(x2), np.empty_like(x2)
+    r = np.empty(x2.shape[0], np.float64)
+    _rms_norm_fwd(x2, np.ascontiguousarray(gain, dtype=x.dtype), float(eps), y, xhat, r)
+    return y.reshape(x.shape), xhat.reshape(x.shape), r
+
+
+def rms_norm_fused_vjp(g, gain, xhat, r, with_dgain: bool):
+    """(dx, dgain or None) of :func:`rms_norm_fused`; dgain = sum over rows of g * xhat, summed per
+    chunk of ``ROW_CHUNK`` rows and then over chunks in order (deterministic)."""
+    C = g.shape[-1]
+    g2 = np.ascontiguousarray(g).reshape(-1, C)
+    dx = np.empty_like(g2)
+    n_chunks = -(-g2.shape[0] // ROW_CHUNK)
+    part = np.zeros((n_chunks if with_dgain else 1, C), g2.dtype)
+    _rms_norm_bwd(g2, np.ascontiguousarray(gain, dtype=g2.dtype), xhat.reshape(-1, C), r, dx, part, with_dgain,
+                  n_chunks)
+    return dx.reshape(g.shape), (part.sum(axis=0) if with_dgain else None)
+
+
+# ---- causal self-attention from a packed qkv projection ----------------------------------------------
+@njit(cache=True, parallel=True)
+def _attention_fwd(qkv, B, T, H, scale, qk_norm, gq, gk, eps, y, P, qn, kn, rq, rk):
+    """qkv (B*T, 3C) = [q | k | v], head h in columns h*hs:(h+1)*hs of each; y (B*T, C) heads merged.
+    Per (b, h): optional RMSNorm of q, k rows (gains gq, gk; r in float64 -> rq, rk (B*H, T)),
+    S = scale q k^T over j <= i, P = softmax (stored (B*H, T, T), 0 for j > i), y = P v.
+    qn, kn (B*H, T, hs) keep the (normalised) q and k for the backward pass."""
+    C = y.shape[1]
+    hs = C // H
+    one = scale / scale
+    zero = one - one
+    for bh in prange(B * H):
+        b, h = bh // H, bh % H
+        kT = np.empty((hs, T), qkv.dtype)
+        acc = np.empty(hs, qkv.dtype)
+        for t in range(T):
+            row = b * T + t
+            if qk_norm:
+                sq = 0.0
+                sk = 0.0
+                for d in range(hs):
+                    sq += float(qkv[row, h * hs + d]) * float(qkv[row, h * hs + d])
+                    sk += float(qkv[row, C + h * hs + d]) * float(qkv[row, C + h * hs + d])
+                r1 = 1.0 / np.sqrt(sq / hs + eps)
+                r2 = 1.0 / np.sqrt(sk / hs + eps)
+                rq[bh, t] = r1
+                rk[bh, t] = r2
+                for d in range(hs):
+                    qn[bh, t, d] = qkv[row, h * hs + d] * r1
+                    qn[bh, t, d] = qn[bh, t, d] * gq[d]
+                    kn[bh, t, d] = qkv[row, C + h * hs + d] * r2
+                    kn[bh, t, d] = kn[bh, t, d] * gk[d]
+            else:
+                for d in range(hs):
+                    qn[bh, t, d] = qkv[row, h * hs + d]
+                    kn[bh, t, d] = qkv[row, C + h * hs + d]
+            for d in range(hs):
+                kT[d, t] = kn[bh, t, d]
+        for i in range(T):
+            p = P[bh, i]
+            for j in range(T):
+                p[j] = zero
+            for d in range(hs):                       # S_ij = sum_d q_id k_jd, in d order, vectorised over j
+                qd = qn[bh, i, d]
+                for j in range(i + 1):
+                    p[j] += qd * kT[d, j]
+            m = p[0] * scale
+            for j in range(1, i + 1):
+                v_ = p[j] * scale
+                if v_ > m:
+                    m = v_
+            s = zero
+            for j in range(i + 1):
+                e = math.exp(p[j] * scale - m)
+                p[j] = e
+                s += e
+            inv = one / s
+            for j in range(i + 1):
+                p[j] *= inv
+            for d in range(hs):
+                acc[d] = zero
+            for j in range(i + 1):                    # y_i = sum_j P_ij v_j, in j order
+                pj = p[j]
+                vrow = b * T + j
+                for d in range(hs):
+                    acc[d] += pj * qkv[vrow, 2 * C + h * hs + d]
+            for d in range(hs):
+                y[b * T + i, h * hs + d] = acc[d]
+
+
+@njit(cache=True, parallel=True)
+def _attention_bwd(g, qkv, B, T, H, scale, qk_norm, gq, gk, P, qn, kn, rq, rk, dqkv, dgq_part, dgk_part):
+    """dqkv (B*T, 3C) = [dq | dk | dv] for the output cotangent g (B*T, C); with QK-norm the per-(b, h)
+    partial gain gradients dgq_part, dgk_part (B*H, hs) (summed over (b, h) afterwards, in order)."""
+    C = g.shape[1]
+    hs = C // H
+    one = scale / scale
+    zero = one - one
+    for bh in prange(B * H):
+        b, h = bh // H, bh % H
+        vT = np.empty((hs, T), qkv.dtype)
+        dv = np.zeros((T, hs), qkv.dtype)
+        dqn = np.zeros((T, hs), qkv.dtype)
+        dkn = np.zeros((T, hs), qkv.dtype)
+        dp = np.empty(T, qkv.dtype)
+        for t in range(T):
+            for d in range(hs):
+                vT[d, t] = qkv[b * T + t, 2 * C + h * hs + d]
+        for i in range(T):
+            gi = b * T + i
+            p = P[bh, i]
+            for j in range(i + 1):                    # dv_j += P_ij dO_i
+                pj = p[j]
+                for d in range(hs):
+                    dv[j, d] += pj * g[gi, h * hs + d]
+            for j in range(i + 1):
+                dp[j] = zero
+            for d in range(hs):                       # dP_ij = sum_d dO_id v_jd
+                gd = g[gi, h * hs + d]
+                for j in range(i + 1):
+                    dp[j] += gd * vT[d, j]
+            dot = p[0] * dp[0]
+            for j in range(1, i + 1):
+                dot += p[j] * dp[j]
+            for j in range(i + 1):                    # dS_ij = scale P_ij (dP_ij - <P_i, dP_i>)
+                dp[j] = scale * p[j] * (dp[j] - dot)
+            for j in range(i + 1):                    # dq_i = sum_j dS_ij k_j ; dk_j += dS_ij q_i
+                sj = dp[j]
+                for d in range(hs):
+                    dqn[i, d] += sj * kn[bh, j, d]
+                for d in range(hs):
+                    dkn[j, d] += sj * qn[bh, i, d]
+        for t in range(T):
+            row = b * T + t
+            if qk_norm:                               # RMSNorm VJP per row: r (hg - xhat mean(hg xhat))
+                r1, r2 = rq[bh, t], rk[bh, t]
+                aq = 0.0
+                ak = 0.0
+                for d in range(hs):
+                    xq = qkv[row, h * hs + d] * r1
+                    xk = qkv[row, C + h * hs + d] * r2
+                    aq += float(dqn[t, d] * gq[d]) * float(xq)
+                    ak += float(dkn[t, d] * gk[d]) * float(xk)
+                    dgq_part[bh, d] += dqn[t, d] * xq
+                    dgk_part[bh, d] += dkn[t, d] * xk
+                mq, mk = aq / hs, ak / hs
+                for d in range(hs):
+                    xq = qkv[row, h * hs + d] * r1
+                    xk = qkv[row, C + h * hs + d] * r2
+                    dqkv[row, h * hs + d] = r1 * (float(dqn[t, d] * gq[d]) - float(xq) * mq)
+                    dqkv[row, C + h * hs + d] = r2 * (float(dkn[t, d] * gk[d]) - float(xk) * mk)
+            else:
+                for d in range(hs):
+                    dqkv[row, h * hs + d] = dqn[t, d]
+                    dqkv[row, C + h * hs + d] = dkn[t, d]
+            for d in range(hs):
+                dqkv[row, 2 * C + h * hs + d] = dv[t, d]
+
+
+def attention_fwd(qkv, B, T, H, scale, gq, gk, eps):
+    """Causal attention of packed qkv (B*T, 3C); gq, gk None (no QK-norm) or (hs,) gains. Returns y
+    (B*T, C) and the saved tensors for :func:`attention_bwd`."""
+    N, C3 = qkv.shape
+    C = C3 // 3
+    hs = C // H
+    dt = qkv.dtype
+    qk_norm = gq is not None
+    gq_ = np.ascontiguousarray(gq, dtype=dt) if qk_norm else np.ones(hs, dt)
+    gk_ = np.ascontiguousarray(gk, dtype=dt) if qk_norm else np.ones(hs, dt)
+    y = np.empty((N, C), dt)
+    P = np.empty((B * H, T, T), dt)
+    qn, kn = np.empty((B * H, T, hs), dt), np.empty((B * H, T, hs), dt)
+    rq = np.empty((B * H, T) if qk_norm else (1, 1), np.float64)
+    rk = np.empty_like(rq)
+    _attention_fwd(qkv, B, T, H, dt.type(scale), qk_norm, gq_, gk_, float(eps), y, P, qn, kn, rq, rk)
+    return y, (gq_, gk_, P, qn, kn, rq, rk)
+
+
+def attention_bwd(g, qkv, B, T, H, scale, saved, qk_norm):
+    """(dqkv (B*T, 3C), dgq, dgk) of :func:`attention_fwd` (the gain gradients None without QK-norm)."""
+    gq_, gk_, P, qn, kn, rq, rk = saved
+    dt = qkv.dtype
+    hs = gq_.shape[0]
+    dqkv = np.empty_like(qkv)
+    part_shape = (B * H, hs) if qk_norm else (1, 1)
+    dgq, dgk = np.zeros(part_shape, dt), np.zeros(part_shape, dt)
+    _attention_bwd(np.ascontiguousarray(g, dtype=dt), qkv, B, T, H, dt.type(scale), qk_norm, gq_, gk_, P, qn,
+                   kn, rq, rk, dqkv, dgq, dgk)
+    if not qk_norm:
+        return dqkv, None, None
+    return dqkv, dgq.sum(axis=0), dgk.sum(axis=0)
+
+
+# ---- feed-forward activations, row-parallel ----------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _swiglu_fwd(z, h, sig, one):  # z (N, 2F) = [a | u] -> h = a sigma(a) u (N, F), sig = sigma(a)
+    N, F = h.shape
+    for i in prange(N):
+        for j in range(F):
+            x = z[i, j]
+            s = one / (one + math.exp(-x))
+            sig[i, j] = s
+            h[i, j] = x * s * z[i, F + j]
+
+
+@njit(cache=True, parallel=True)
+def _swiglu_bwd(g, z, sig, dz, one):
+    N, F = g.shape
+    for i in prange(N):
+        for j in range(F):
+            s, x, u = sig[i, j], z[i, j], z[i, F + j]
+            dz[i, j] = g[i, j] * u * (s * (one + x * (one - s)))
+            dz[i, F + j] = g[i, j] * x * s
+
+
+@njit(cache=True, parallel=True)
+def _reglu_fwd(z, h):  # h = relu(a) u
+    N, F = h.shape
+    zero = z[0, 0] - z[0, 0]
+    for i in prange(N):
+        for j in range(F):
+            a = z[i, j]
+            h[i, j] = (a if a > zero else zero) * z[i, F + j]
+
+
+@njit(cache=True, parallel=True)
+def _reglu_bwd(g, z, dz):  # da = g u [a > 0] (relu'(0) = 0), du = g relu(a)
+    N, F = g.shape
+    zero = z[0, 0] - z[0, 0]
+    for i in prange(N):
+        for j in range(F):
+            a, u = z[i, j], z[i, F + j]
+            if a > zero:
+                dz[i, j] = g[i, j] * u
+                dz[i, F + j] = g[i, j] * a
+            else:
+                dz[i, j] = zero
+                dz[i, F + j] = zero
+
+
+@njit(cache=True, parallel=True)
+def _gelu_fwd(z, h, cdf, neg_sqrt_half, half):  # h = z Phi(z), Phi(z) = erfc(-z / sqrt 2) / 2
+    N, F = h.shape
+    for i in prange(N):
+        for j in range(F):
+            x = z[i, j]
+            c = half * math.erfc(x * neg_sqrt_half)
+            cdf[i, j] = c
+            h[i, j] = x * c
+
+
+@njit(cache=True, parallel=True)
+def _gelu_bwd(g, z, cdf, dz, inv_sqrt_2pi, half):  # dz = g (Phi(z) + z phi(z))
+    N, F = g.shape
+    for i in prange(N):
+        for j in range(F):
+            x = z[i, j]
+            dz[i, j] = g[i, j] * (cdf[i, j] + x * (inv_sqrt_2pi * math.exp(-half * x * x)))
+
+
+# ---- cross-entropy with log-softmax, row-parallel ------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _xent_fwd(z, t, valid, m, lse, per_row):
+    """Per row i: m_i = max_j z_ij, lse_i = log sum_j exp(z_ij - m_i) (sum in float64),
+    per_row_i = lse_i - (z_{i,t_i} - m_i) on valid rows, 0 on ignored ones."""
+    N, V = z.shape
+    for i in prange(N):
+        mi = z[i, 0]
+        for j in range(1, V):
+            if z[i, j] > mi:
+                mi = z[i, j]
+        acc = 0.0
+        for j in range(V):
+            acc += float(math.exp(z[i, j] - mi))
+        li = math.log(acc)
+        m[i] = mi
+        lse[i] = li
+        per_row[i] = li - float(z[i, t[i]] - mi) if valid[i] else 0.0
+
+
+@njit(cache=True, parallel=True)
+def _xent_bwd(z, t, valid, shift, scale, dz):
+    # dz = scale (softmax(z) - onehot(t)) on valid rows, 0 on ignored ones; shift_i = m_i + lse_i (z's dtype)
+    N, V = z.shape
+    zero = scale - scale
+    for i in prange(N):
+        if not valid[i]:
+            for j in range(V):
+                dz[i, j] = zero
+            continue
+        c = shift[i]
+        for j in range(V):
+            dz[i, j] = scale * math.exp(z[i, j] - c)
+        dz[i, t[i]] -= scale
+
+
+# ---- embedding scatter-add (serial: one pass over the tokens, in order) --------------------------------
+@njit(cache=True)
+def _scatter_add_rows(ids, g, out):  # out[ids[i]] += g[i], tokens in order (repeated ids accumulate)
+    N, C = g.shape
+    for i in range(N):
+        r = ids[i]
+        for c in range(C):
+            out[r, c] += g[i, c]
