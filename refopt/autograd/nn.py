@@ -255,46 +255,72 @@ def linear_concat(x, weights):
 
 
 def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = False, eps: float = 1e-6):
-    """Causal multi-head self-attention of a packed projection qkv = h [W_q | W_k | W_v], one fused
-    primitive (a numba kernel, parallel over (batch, head), that never forms q, k, v as separate arrays):
+    """Causal multi-head self-attention of a packed projection qkv = h [W_q | W_k | W_v], one primitive:
 
         q, k, v = split(qkv) into n_head heads of size hs = C / n_head        (B, H, T, hs) each
         with qk_norm: q <- RMSNorm(q; q_gain), k <- RMSNorm(k; k_gain) per head (gain None = 1)
         S = q k^T / sqrt(hs),  P = softmax over keys j <= i (P_ij = 0 for j > i, a selection),  o = P v
         out = o with the heads merged back                                     (B, T, C)
 
-    Equal to the composition ``attention(rms_norm(q), rms_norm(k), v)`` of :func:`attention` and
-    :func:`rms_norm` (tests/test_fused.py). VJP as in :func:`attention` and :func:`rms_norm`, in the
-    kernel; the gains' gradients are summed per (batch, head), then over them in order.
+    q, k, v are strided views of qkv (no copies); the batched products run in BLAS, the causal softmax
+    and its VJP in a numba kernel parallel over (batch, head); the output and the cotangent of qkv are
+    written in place through head-merging views. Equal to :func:`attention` composed with
+    :func:`rms_norm` (tests/test_fused.py). VJP as in those two.
     Shapes: qkv (B, T, 3C), gains (hs,) or None. dtype of qkv throughout (float32 stays float32).
-    Raises ValueError if 3C is not divisible into n_head heads, or for a gain of the wrong shape.
+    Raises ValueError if 3C is not divisible into n_head heads, for a gain of the wrong shape, or eps < 0.
     """
     zv = qkv.value if isinstance(qkv, Node) else np.asarray(qkv)
     if zv.ndim != 3 or zv.shape[-1] % (3 * n_head):
         raise ValueError(f"self_attention: qkv must be (B, T, 3C) with C divisible by n_head={n_head}, "
                          f"got {zv.shape}")
+    if eps < 0:
+        raise ValueError(f"self_attention: eps must be >= 0, got {eps}")
     B, T, C3 = zv.shape
-    hs = C3 // 3 // n_head
+    C, H = C3 // 3, n_head
+    hs = C // H
+    dt = zv.dtype
     gains = []
     for name, gn in (("q_gain", q_gain), ("k_gain", k_gain)):
-        gvv = None if gn is None else (gn.value if isinstance(gn, Node) else np.asarray(gn, dtype=zv.dtype))
+        gvv = None if gn is None else (gn.value if isinstance(gn, Node) else np.asarray(gn, dtype=dt))
         if gvv is not None and gvv.shape != (hs,):
             raise ValueError(f"self_attention: {name} shape {gvv.shape} must be ({hs},)")
-        gains.append(gvv if gvv is not None else np.ones(hs, zv.dtype))
-    if qk_norm and eps < 0:
-        raise ValueError(f"self_attention: eps must be >= 0, got {eps}")
-    z2 = np.ascontiguousarray(zv).reshape(B * T, C3)
+        gains.append(np.ones(hs, dt) if gvv is None else gvv)
+    z5 = np.ascontiguousarray(zv).reshape(B, T, 3, H, hs)
+
+    def heads(a):  # (B, T, H, hs) -> (B, H, T, hs) view
+        return a.transpose(0, 2, 1, 3)
+
+    if qk_norm:   # RMSNorm over hs of each head's row: (B, T, H, hs) copies, normalised by the fused kernel
+        qn, qhat, rq = _kernels.rms_norm_fused(z5[:, :, 0], gains[0], eps)
+        kn, khat, rk = _kernels.rms_norm_fused(z5[:, :, 1], gains[1], eps)
+    else:
+        qn, kn = z5[:, :, 0], z5[:, :, 1]
+    q, k, v = heads(qn), heads(kn), heads(z5[:, :, 2])
     scale = 1 / np.sqrt(hs)
-    y, saved = _kernels.attention_fwd(z2, B, T, n_head, scale, *(gains if qk_norm else (None, None)), eps)
-    y = y.reshape(B, T, C3 // 3)
+    P = _kernels.causal_softmax_par_(q @ k.swapaxes(-1, -2), scale)          # (B, H, T, T), fresh
+    y = np.empty((B, T, H, hs), dt)
+    np.matmul(P, v, out=heads(y))
+    y = y.reshape(B, T, C)
     traced = [isinstance(a, Node) for a in (qkv, q_gain, k_gain)]
     if not any(traced):
         return y
 
     def vjp(g):
-        dz, dgq, dgk = _kernels.attention_bwd(g.reshape(B * T, -1), z2, B, T, n_head, scale, saved, qk_norm)
-        return (dz.reshape(zv.shape) if traced[0] else None, dgq if traced[1] else None,
-                dgk if traced[2] else None)
+        dO = heads(np.ascontiguousarray(g, dtype=dt).reshape(B, T, H, hs))
+        dz = np.empty((B, T, 3, H, hs), dt)
+        np.matmul(P.swapaxes(-1, -2), dO, out=heads(dz[:, :, 2]))            # dv = P^T dO
+        dS = _kernels.causal_softmax_vjp_par_(P, dO @ v.swapaxes(-1, -2), scale)  # scale P (dP - <dP, P>)
+        dgq = dgk = None
+        if qk_norm:
+            dqn, dkn = np.empty((B, T, H, hs), dt), np.empty((B, T, H, hs), dt)
+            np.matmul(dS, k, out=heads(dqn))
+            np.matmul(dS.swapaxes(-1, -2), q, out=heads(dkn))
+            dz[:, :, 0], dgq = _kernels.rms_norm_fused_vjp(dqn, gains[0], qhat, rq, traced[1])
+            dz[:, :, 1], dgk = _kernels.rms_norm_fused_vjp(dkn, gains[1], khat, rk, traced[2])
+        else:
+            np.matmul(dS, k, out=heads(dz[:, :, 0]))                          # dq = dS k
+            np.matmul(dS.swapaxes(-1, -2), q, out=heads(dz[:, :, 1]))         # dk = dS^T q
+        return (dz.reshape(zv.shape) if traced[0] else None), dgq, dgk
 
     return Node(y, (qkv, q_gain, k_gain), vjp)
 
@@ -326,7 +352,9 @@ def ffn_activation(z, kind: str):
     h = np.empty((z2.shape[0], F), zv.dtype)
     aux = None
     if kind == "swiglu":
-        aux = np.empty_like(h)
+        aux = np.negative(z2[:, :F])
+        with np.errstate(over="ignore"):         # exp(-a) = inf for a < -88 (float32): sigma(a) = 0 exactly
+            np.exp(aux, out=aux)                 # NumPy's SIMD exp; the kernel turns it into sigma(a)
         _kernels._swiglu_fwd(z2, h, aux, dt(1))
     elif kind == "reglu":
         _kernels._reglu_fwd(z2, h)
