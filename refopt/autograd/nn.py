@@ -353,7 +353,7 @@ def ffn_activation(z, kind: str):
     aux = None
     if kind == "swiglu":
         aux = np.negative(z2[:, :F])
-        with np.errstate(over="ignore"):         # exp(-a) = inf for a < -88 (float32): sigma(a) = 0 exactly
+        with np.errstate(over="ignore", under="ignore"):  # exp(-a) = inf (a < -88 in float32): sigma = 0
             np.exp(aux, out=aux)                 # NumPy's SIMD exp; the kernel turns it into sigma(a)
         _kernels._swiglu_fwd(z2, h, aux, dt(1))
     elif kind == "reglu":
