@@ -1,17 +1,21 @@
 """Time one GPT training step (forward, backward, AdamW update) in refopt against PyTorch CPU eager.
 
-Both models are the default ``models.gpt.GPTConfig`` (4 layers, n_embd 128, 4 heads, block 64, SwiGLU,
-tied head, RMSNorm with gains) in float32, with the *same* initial weights (refopt's ``gpt.init`` copied
-into torch), so the first losses must agree (checked). refopt's step is ``value_and_grad(gpt.loss)``
-followed by ``refopt.update_`` with ``refopt.AdamW``; torch's is ``loss.backward()`` and
-``torch.optim.AdamW`` (default implementation), attention via ``F.scaled_dot_product_attention``.
+Both models are ``models.gpt.GPTConfig`` (default: 4 layers, n_embd 128, 4 heads, block 64, SwiGLU,
+tied head, RMSNorm with gains; ``--n-embd``, ``--n-layer`` change it) in float32, with the *same* initial
+weights (refopt's ``gpt.init`` copied into torch), so the first losses must agree (checked). refopt's step
+is ``value_and_grad(gpt.loss)`` (the fused path; params checked once, as ``refopt train`` does) followed
+by ``refopt.update_`` with ``refopt.AdamW``; torch's is ``loss.backward()`` and ``torch.optim.AdamW``
+(default implementation), attention via ``F.scaled_dot_product_attention``.
 
 Usage (torch must be installed: ``pip install torch==2.13.0``)::
 
-    python benchmarks/bench_gpt_step.py [--steps 20] [--threads 2] [--vocab 100]
+    PYTHONPATH=. python benchmarks/bench_gpt_step.py [--steps 20] [--threads 2] [--n-embd 256 --n-layer 6]
+        [--repeats 3]
 
-Prints ms/step (median over --steps after 3 warm-up steps) for both and the ratio refopt / torch.
-Not a test; numbers depend on the machine and on its load.
+Prints ms/step (median over --steps after 3 warm-up steps) for both and the ratio refopt / torch; with
+--repeats R, the two alternate R times in one process and the medians of the per-repeat medians are
+reported. Also prints the load average before and after. Not a test; numbers depend on the machine and
+on its load.
 """
 from __future__ import annotations
 
@@ -26,6 +30,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="BLAS / torch / numba threads")
     ap.add_argument("--vocab", type=int, default=103, help="vocab size (pydoc_data.topics has 103 chars)")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--n-embd", type=int, default=128)
+    ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=1, help="alternate refopt and torch this many times")
     a = ap.parse_args()
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[var] = str(a.threads)
@@ -39,30 +46,35 @@ def main():
     from refopt.autograd import value_and_grad
 
     torch.set_num_threads(a.threads)
-    cfg = gpt.GPTConfig(vocab_size=a.vocab)
+    print(f"load average before: {os.getloadavg()}")
+    cfg = gpt.GPTConfig(vocab_size=a.vocab, n_embd=a.n_embd, n_layer=a.n_layer)
     params = gpt.init(cfg, 0, np.float32)
     rng = np.random.default_rng(0)
     shape = (a.batch, cfg.block_size)
     batches = [(rng.integers(0, a.vocab, shape), rng.integers(0, a.vocab, shape)) for _ in range(a.steps + 3)]
 
     # ---- refopt ---------------------------------------------------------------------------------------
-    rule = refopt.AdamW(lr=1e-3, weight_decay=0.01)
-    state = refopt.init(rule, params)
-    vg = value_and_grad(gpt.loss)
+    gpt.check_params(params, cfg)
     first_np = float(gpt.loss(params, *batches[0], cfg))
-    times_np = []
-    for i, (x, y) in enumerate(batches):
-        t = time.perf_counter()
-        _, g = vg(params, x, y, cfg)
-        params, state = refopt.update_(rule, state, params, g)
-        if i >= 3:
-            times_np.append(time.perf_counter() - t)
+    vg = value_and_grad(lambda p, x, y: gpt.loss(p, x, y, cfg, check=False))
+
+    def run_refopt():
+        p = gpt.init(cfg, 0, np.float32)
+        rule = refopt.AdamW(lr=1e-3, weight_decay=0.01)
+        state = refopt.init(rule, p)
+        times = []
+        for i, (x, y) in enumerate(batches):
+            t = time.perf_counter()
+            _, g = vg(p, x, y)
+            p, state = refopt.update_(rule, state, p, g)
+            if i >= 3:
+                times.append(time.perf_counter() - t)
+        return np.median(times)
 
     # ---- torch: the same model, the same initial weights ----------------------------------------------
     p0 = gpt.init(cfg, 0, np.float32)
-    tp = refopt.tree.tree_map(lambda w: torch.nn.Parameter(torch.from_numpy(w.copy())), p0)
-    leaves = refopt.tree.leaves(tp)
     H, hs, eps = cfg.n_head, cfg.head_size, cfg.norm_eps
+    tp = refopt.tree.tree_map(lambda w: torch.nn.Parameter(torch.from_numpy(w.copy())), p0)
 
     def rms(x, w):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
@@ -81,23 +93,36 @@ def main():
         logits = rms(h, tp["final_norm"]) @ tp["wte"].T
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
 
-    opt = torch.optim.AdamW(leaves, lr=1e-3, weight_decay=0.01)
     tb = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in batches]
     with torch.no_grad():
         first_t = float(forward(*tb[0]))
-    times_t = []
-    for i, (x, y) in enumerate(tb):
-        t = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        forward(x, y).backward()
-        opt.step()
-        if i >= 3:
-            times_t.append(time.perf_counter() - t)
 
-    ms_np, ms_t = 1e3 * np.median(times_np), 1e3 * np.median(times_t)
+    def run_torch():
+        with torch.no_grad():  # fresh copy of the same initial weights
+            for w, w0 in zip(refopt.tree.leaves(tp), refopt.tree.leaves(p0)):
+                w.copy_(torch.from_numpy(w0))
+        opt = torch.optim.AdamW(refopt.tree.leaves(tp), lr=1e-3, weight_decay=0.01)
+        times = []
+        for i, (x, y) in enumerate(tb):
+            t = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            forward(x, y).backward()
+            opt.step()
+            if i >= 3:
+                times.append(time.perf_counter() - t)
+        return np.median(times)
+
+    med_np, med_t = [], []
+    for _ in range(a.repeats):
+        med_np.append(run_refopt())
+        med_t.append(run_torch())
+    ms_np, ms_t = 1e3 * np.median(med_np), 1e3 * np.median(med_t)
+    print(f"load average after: {os.getloadavg()}")
+    print(f"per-repeat medians (ms): refopt {[round(1e3 * v, 1) for v in med_np]}, "
+          f"torch {[round(1e3 * v, 1) for v in med_t]}")
     print(f"config: {cfg}")
     print(f"first loss: refopt {first_np:.6f}  torch {first_t:.6f}  (rel diff {abs(first_np - first_t) / first_t:.1e})")
-    print(f"threads {a.threads}, batch {a.batch}, {a.steps} timed steps (median)")
+    print(f"threads {a.threads}, batch {a.batch}, {a.steps} timed steps (median), {a.repeats} repeats")
     print(f"refopt (numpy autograd + refopt.AdamW update_): {ms_np:8.1f} ms/step")
     print(f"torch {torch.__version__} eager + torch.optim.AdamW: {ms_t:8.1f} ms/step")
     print(f"ratio refopt / torch: {ms_np / ms_t:.2f}")

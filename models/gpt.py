@@ -190,6 +190,30 @@ def linear(x, w):
 
 
 def _attention(p: dict, h, config: GPTConfig):
+    """The fused attention sublayer: one GEMM for [W_q | W_k | W_v], the fused causal attention kernel
+    (QK-norm inside it), then W_o."""
+    qkv = ag.linear_concat(h, [p["w_q"], p["w_k"], p["w_v"]])                # (B, T, 3C)
+    gains = (p.get("q_norm"), p.get("k_norm")) if config.qk_norm else (None, None)
+    y = ag.self_attention(qkv, config.n_head, *gains, qk_norm=config.qk_norm, eps=config.norm_eps)
+    return linear(y, p["w_o"])
+
+
+def _ffn(p: dict, h, config: GPTConfig):
+    """The fused feed-forward sublayer: one GEMM for [W_gate | W_up] (GLU kinds), the fused activation,
+    then W_down."""
+    if config.ffn == "gelu":
+        return linear(ag.ffn_activation(linear(h, p["w_up"]), "gelu"), p["w_down"])
+    return linear(ag.ffn_activation(ag.linear_concat(h, [p["w_gate"], p["w_up"]]), config.ffn), p["w_down"])
+
+
+# ---- the unfused reference: the same model composed from elementary primitives ---------------------
+def _rms_norm_reference(x, gain, eps):
+    """gain * x / sqrt(mean(x^2) + eps), composed (mul, mean, add, power)."""
+    y = x * (ag.mean(x * x, axis=-1, keepdims=True) + eps) ** -0.5
+    return y if gain is None else y * gain
+
+
+def _attention_reference(p: dict, h, config: GPTConfig):
     B, T, C = h.shape
     H, hs = config.n_head, config.head_size
 
@@ -198,43 +222,69 @@ def _attention(p: dict, h, config: GPTConfig):
 
     q, k, v = heads(linear(h, p["w_q"])), heads(linear(h, p["w_k"])), heads(linear(h, p["w_v"]))
     if config.qk_norm:
-        q = ag.rms_norm(q, p.get("q_norm"), config.norm_eps)
-        k = ag.rms_norm(k, p.get("k_norm"), config.norm_eps)
-    y = ag.attention(q, k, v, causal=True)                      # (B, H, T, hs)
+        q = _rms_norm_reference(q, p.get("q_norm"), config.norm_eps)
+        k = _rms_norm_reference(k, p.get("k_norm"), config.norm_eps)
+    dt = ag.value(h).dtype
+    mask = np.where(np.triu(np.ones((T, T), bool), 1), -np.inf, 0.0).astype(dt)  # -inf selects j > i out
+    S = (q @ k.transpose(0, 1, 3, 2)) * dt.type(1 / np.sqrt(hs)) + mask
+    y = ag.softmax(S, axis=-1) @ v                                         # (B, H, T, hs)
     return linear(y.transpose(0, 2, 1, 3).reshape(B, T, C), p["w_o"])
 
 
-def _ffn(p: dict, h, config: GPTConfig):
+def _ffn_reference(p: dict, h, config: GPTConfig):
     if config.ffn == "gelu":
         return linear(ag.gelu(linear(h, p["w_up"])), p["w_down"])
-    if config.ffn == "swiglu":   # silu(h W_gate) * (h W_up), fused
-        return linear(ag.swiglu(linear(h, p["w_gate"]), linear(h, p["w_up"])), p["w_down"])
-    return linear(ag.relu(linear(h, p["w_gate"])) * linear(h, p["w_up"]), p["w_down"])
+    act = ag.silu if config.ffn == "swiglu" else ag.relu
+    return linear(act(linear(h, p["w_gate"])) * linear(h, p["w_up"]), p["w_down"])
 
 
-def apply(params: dict, idx, config: GPTConfig):
+def apply(params: dict, idx, config: GPTConfig, *, fused: bool = True, check: bool = True):
     """Logits (B, T, V) for token ids idx (B, T), T <= block_size. Plain arrays in, ndarray out; traced
     params in (under ``value_and_grad``), node out. dtype follows the params.
 
+    ``fused=True`` (the default) runs the fused primitives (numba kernels for RMSNorm, attention, the
+    feed-forward activation, packed q/k/v and gate/up GEMMs); ``fused=False`` runs the reference: the same
+    model composed from elementary primitives (matmul, mean, power, softmax, silu ...), which the fused
+    path must match (tests/test_fused.py). ``check=False`` skips the per-call parameter check (about
+    0.7 ms), for loops that checked the params once (``check_params``).
+
     Raises: ValueError for params that do not match ``config`` (naming the leaf), or a bad idx.
     """
-    check_params(params, config)
+    if check:
+        check_params(params, config)
     idx = _check_idx(idx, config)
     eps = config.norm_eps
     T = idx.shape[1]
-    x = ag.embedding(params["wte"], idx) + params["wpe"][:T]    # (B, T, C)
+    norm = ag.rms_norm if fused else _rms_norm_reference
+    attn, ffn = (_attention, _ffn) if fused else (_attention_reference, _ffn_reference)
+    emb = ag.embedding(params["wte"], idx) if fused else params["wte"][idx]
+    x = emb + params["wpe"][:T]                                             # (B, T, C)
     for blk in params["blocks"]:
-        x = x + _attention(blk["attn"], ag.rms_norm(x, blk["attn_norm"], eps), config)
-        x = x + _ffn(blk["mlp"], ag.rms_norm(x, blk["mlp_norm"], eps), config)
-    x = ag.rms_norm(x, params["final_norm"], eps)
+        x = x + attn(blk["attn"], norm(x, blk["attn_norm"], eps), config)
+        x = x + ffn(blk["mlp"], norm(x, blk["mlp_norm"], eps), config)
+    x = norm(x, params["final_norm"], eps)
     head = params["wte"].T if config.tie_head else params["lm_head"]
-    return linear(x, head)                                      # (B, T, V)
+    return linear(x, head)                                                  # (B, T, V)
 
 
-def loss(params: dict, idx, targets, config: GPTConfig, ignore_index: int | None = None):
+def _cross_entropy_reference(logits, targets, ignore_index):
+    """-mean over valid rows of log_softmax(logits)[row, target], composed (log_softmax, getitem, mean)."""
+    V = logits.shape[-1]
+    t = np.asarray(targets).reshape(-1)
+    rows = np.nonzero(t != ignore_index)[0] if ignore_index is not None else np.arange(len(t))
+    logp = ag.log_softmax(logits.reshape(-1, V), axis=-1)
+    return -ag.mean(logp[rows, t[rows]])
+
+
+def loss(params: dict, idx, targets, config: GPTConfig, ignore_index: int | None = None, *, fused: bool = True,
+         check: bool = True):
     """Mean next-token cross-entropy (nats) of ``apply(params, idx, config)`` against targets (B, T),
-    skipping targets equal to ``ignore_index``. Returns a 0-d array (or node) of the params' dtype."""
-    return ag.cross_entropy(apply(params, idx, config), targets, ignore_index=ignore_index)
+    skipping targets equal to ``ignore_index``. Returns a 0-d array (or node) of the params' dtype.
+    ``fused`` and ``check`` as in :func:`apply` (the reference composes the cross-entropy too)."""
+    logits = apply(params, idx, config, fused=fused, check=check)
+    if fused:
+        return ag.cross_entropy(logits, targets, ignore_index=ignore_index)
+    return _cross_entropy_reference(logits, targets, ignore_index)
 
 
 def generate(params: dict, idx, n_new: int, temperature: float, seed: int, config: GPTConfig) -> np.ndarray:
@@ -258,10 +308,11 @@ def _generate(params: dict, idx, n_new: int, temperature: float, seed: int, conf
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if n_new < 0:
         raise ValueError(f"n_new must be >= 0, got {n_new}")
+    check_params(params, config)
     out = np.array(_check_idx(idx, config), dtype=np.int64)
     rng = np.random.default_rng(seed)
     for _ in range(n_new):
-        logits = np.asarray(apply(params, out[:, -config.block_size:], config))[:, -1, :].astype(np.float64)
+        logits = np.asarray(apply(params, out[:, -config.block_size:], config, check=False))[:, -1, :].astype(np.float64)
         if temperature == 0:
             nxt = np.argmax(logits, axis=-1)
         else:

@@ -7,7 +7,8 @@ arrays too, so models written with them need no tracing to evaluate. See ``core`
 """
 from .check import check_grads, check_grads_per_leaf
 from .core import Node, grad, is_node, unbroadcast, value, value_and_grad
-from .nn import attention, cross_entropy, embedding, log_softmax, rms_norm, softmax, swiglu
+from .nn import (attention, cross_entropy, embedding, ffn_activation, linear_concat, log_softmax, rms_norm,
+                 self_attention, softmax, swiglu)
 from .ops import (add, div, exp, gelu, getitem, log, matmul, mean, mul, neg, power, relu, reshape,
                   sigmoid, silu, sqrt, sub, sum, tanh, transpose)
 
@@ -16,4 +17,5 @@ __all__ = [
     "add", "sub", "mul", "div", "neg", "power", "matmul", "sum", "mean", "reshape", "transpose", "getitem",
     "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "silu", "gelu",
     "softmax", "log_softmax", "cross_entropy", "rms_norm", "embedding", "attention", "swiglu",
+    "linear_concat", "self_attention", "ffn_activation",
 ]

@@ -196,3 +196,259 @@ def rms_norm_vjp_reference(g, gain, xhat, r):
     h = g * gain
     mu = np.mean(h.astype(np.float64) * xhat, axis=-1, keepdims=True)
     return (r.reshape(xhat.shape[:-1] + (1,)) * (h - xhat * mu)).astype(g.dtype)
+
+
+# =====================================================================================================
+# Model-level fused kernels (the GPT's hot path; ``nn.self_attention``, ``nn.ffn_activation``,
+# ``nn.rms_norm``, ``nn.cross_entropy``, ``nn.embedding``). Parallel over independent rows / (batch, head)
+# pairs with ``prange``: each output element is written by one iteration, in a fixed order, and every
+# reduction over rows (gains' gradients) goes through per-chunk partials of a fixed chunk size summed
+# afterwards in chunk order, so results do not depend on the number of threads. No atomics, no fastmath.
+# Inner loops are written as "axpy" over a contiguous axis (out[j] += a * x[j]) so LLVM can vectorise
+# them without reassociating any sum: every dot product is still summed in index order.
+# =====================================================================================================
+from numba import prange  # noqa: E402
+
+#: rows per partial sum of a gain gradient (fixed, so the summation order is independent of threads)
+ROW_CHUNK = 64
+
+
+@njit(cache=True, parallel=True)
+def _rms_norm_fwd(x, gain, eps, y, xhat, r):  # x (N, C); r (N,) float64; sum of squares in float64
+    N, C = x.shape
+    for i in prange(N):
+        acc = 0.0
+        for j in range(C):
+            acc += float(x[i, j]) * float(x[i, j])
+        ri = 1.0 / np.sqrt(acc / C + eps)
+        r[i] = ri
+        for j in range(C):
+            xh = x[i, j] * ri
+            xhat[i, j] = xh
+            y[i, j] = xhat[i, j] * gain[j]
+
+
+@njit(cache=True, parallel=True)
+def _rms_norm_bwd(g, gain, xhat, r, dx, dgain_part, with_dgain, n_chunks):
+    # dx = r (h - xhat mean(h xhat)), h = g gain; dgain_part[c] = sum over chunk c's rows of g xhat
+    N, C = g.shape
+    for c in prange(n_chunks):
+        for i in range(c * ROW_CHUNK, min(N, (c + 1) * ROW_CHUNK)):
+            acc = 0.0
+            for j in range(C):
+                acc += float(g[i, j] * gain[j]) * float(xhat[i, j])
+            mu = acc / C
+            for j in range(C):
+                dx[i, j] = r[i] * (float(g[i, j] * gain[j]) - float(xhat[i, j]) * mu)
+            if with_dgain:
+                for j in range(C):
+                    dgain_part[c, j] += g[i, j] * xhat[i, j]
+
+
+def rms_norm_fused(x: np.ndarray, gain: np.ndarray, eps: float):
+    """Parallel :func:`rms_norm`: (y, xhat, r) for x (..., C) (float64 sums of squares), y, xhat like x."""
+    C = x.shape[-1]
+    x2 = np.ascontiguousarray(x).reshape(-1, C)
+    y, xhat = np.empty_like(x2), np.empty_like(x2)
+    r = np.empty(x2.shape[0], np.float64)
+    _rms_norm_fwd(x2, np.ascontiguousarray(gain, dtype=x.dtype), float(eps), y, xhat, r)
+    return y.reshape(x.shape), xhat.reshape(x.shape), r
+
+
+def rms_norm_fused_vjp(g, gain, xhat, r, with_dgain: bool):
+    """(dx, dgain or None) of :func:`rms_norm_fused`; dgain = sum over rows of g * xhat, summed per
+    chunk of ``ROW_CHUNK`` rows and then over chunks in order (deterministic)."""
+    C = g.shape[-1]
+    g2 = np.ascontiguousarray(g).reshape(-1, C)
+    dx = np.empty_like(g2)
+    n_chunks = -(-g2.shape[0] // ROW_CHUNK)
+    part = np.zeros((n_chunks if with_dgain else 1, C), g2.dtype)
+    _rms_norm_bwd(g2, np.ascontiguousarray(gain, dtype=g2.dtype), xhat.reshape(-1, C), r, dx, part, with_dgain,
+                  n_chunks)
+    return dx.reshape(g.shape), (part.sum(axis=0) if with_dgain else None)
+
+
+# ---- causal softmax, parallel over the (batch, head) slices (the products around it stay in BLAS) -----
+@njit(cache=True, parallel=True)
+def _causal_shift_(S, scale, neg_inf):
+    # row i of each slice: S_ij <- scale S_ij - max_{j' <= i} scale S_ij' for j <= i, -inf for j > i
+    R, T, _ = S.shape
+    for r in prange(R):
+        for i in range(T):
+            row = S[r, i]
+            m = row[0] * scale
+            for j in range(1, i + 1):
+                v = row[j] * scale
+                if v > m:
+                    m = v
+            for j in range(i + 1):
+                row[j] = row[j] * scale - m
+            for j in range(i + 1, T):
+                row[j] = neg_inf
+
+
+@njit(cache=True, parallel=True)
+def _causal_normalize_(E, one):  # E = exp(shifted S) (0 for j > i): each row divided by its sum over j <= i
+    R, T, _ = E.shape
+    zero = one - one
+    for r in prange(R):
+        for i in range(T):
+            row = E[r, i]
+            s = zero
+            for j in range(i + 1):
+                s += row[j]
+            inv = one / s
+            for j in range(i + 1):
+                row[j] *= inv
+
+
+@njit(cache=True, parallel=True)
+def _causal_softmax_vjp_par_(P, dP, scale):  # as _causal_softmax_vjp_, each slice r by one iteration
+    R, T, _ = P.shape
+    zero = scale - scale
+    for r in prange(R):
+        for i in range(T):
+            p, d = P[r, i], dP[r, i]
+            dot = p[0] * d[0]
+            for j in range(1, i + 1):
+                dot += p[j] * d[j]
+            for j in range(i + 1):
+                d[j] = scale * p[j] * (d[j] - dot)
+            for j in range(i + 1, T):
+                d[j] = zero
+
+
+def causal_softmax_par_(S: np.ndarray, scale: float) -> np.ndarray:
+    """:func:`causal_softmax_` in three passes: shift by the row max and mask (numba, parallel over the
+    leading axes), exp (NumPy's SIMD exp, about 10x numba's scalar one; exp(-inf) = 0 exactly above the
+    diagonal), normalise by the row sum in index order (numba, parallel). Identical results for any
+    thread count. S (..., T, T) C-contiguous, overwritten with P and returned."""
+    T = S.shape[-1]
+    S3 = S.reshape(-1, T, T)
+    dt = S.dtype.type
+    _causal_shift_(S3, dt(scale), dt(-np.inf))
+    with np.errstate(under="ignore"):   # a vanishing weight underflows to 0, as it should
+        np.exp(S3, out=S3)
+    _causal_normalize_(S3, dt(1))
+    return S
+
+
+def causal_softmax_vjp_par_(P: np.ndarray, dP: np.ndarray, scale: float) -> np.ndarray:
+    """:func:`causal_softmax_vjp_` parallel over the leading axes; in place on dP, returned."""
+    T = P.shape[-1]
+    _causal_softmax_vjp_par_(P.reshape(-1, T, T), dP.reshape(-1, T, T), P.dtype.type(scale))
+    return dP
+
+
+# ---- feed-forward activations, row-parallel ----------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _swiglu_fwd(z, h, sig, one):
+    # z (N, 2F) = [a | u] -> h = a sigma(a) u (N, F); on entry sig holds exp(-a) (NumPy's SIMD exp, ~10x
+    # numba's scalar one), on exit sigma(a) = 1 / (1 + exp(-a)) (exp(-a) = inf gives 0, never NaN)
+    N, F = h.shape
+    for i in prange(N):
+        for j in range(F):
+            s = one / (one + sig[i, j])
+            sig[i, j] = s
+            h[i, j] = z[i, j] * s * z[i, F + j]
+
+
+@njit(cache=True, parallel=True)
+def _swiglu_bwd(g, z, sig, dz, one):
+    N, F = g.shape
+    for i in prange(N):
+        for j in range(F):
+            s, x, u = sig[i, j], z[i, j], z[i, F + j]
+            dz[i, j] = g[i, j] * u * (s * (one + x * (one - s)))
+            dz[i, F + j] = g[i, j] * x * s
+
+
+@njit(cache=True, parallel=True)
+def _reglu_fwd(z, h):  # h = relu(a) u
+    N, F = h.shape
+    zero = z[0, 0] - z[0, 0]
+    for i in prange(N):
+        for j in range(F):
+            a = z[i, j]
+            h[i, j] = (a if a > zero else zero) * z[i, F + j]
+
+
+@njit(cache=True, parallel=True)
+def _reglu_bwd(g, z, dz):  # da = g u [a > 0] (relu'(0) = 0), du = g relu(a)
+    N, F = g.shape
+    zero = z[0, 0] - z[0, 0]
+    for i in prange(N):
+        for j in range(F):
+            a, u = z[i, j], z[i, F + j]
+            if a > zero:
+                dz[i, j] = g[i, j] * u
+                dz[i, F + j] = g[i, j] * a
+            else:
+                dz[i, j] = zero
+                dz[i, F + j] = zero
+
+
+@njit(cache=True, parallel=True)
+def _gelu_fwd(z, h, cdf, neg_sqrt_half, half):  # h = z Phi(z), Phi(z) = erfc(-z / sqrt 2) / 2
+    N, F = h.shape
+    for i in prange(N):
+        for j in range(F):
+            x = z[i, j]
+            c = half * math.erfc(x * neg_sqrt_half)
+            cdf[i, j] = c
+            h[i, j] = x * c
+
+
+@njit(cache=True, parallel=True)
+def _gelu_bwd(g, z, cdf, dz, inv_sqrt_2pi, half):  # dz = g (Phi(z) + z phi(z))
+    N, F = g.shape
+    for i in prange(N):
+        for j in range(F):
+            x = z[i, j]
+            dz[i, j] = g[i, j] * (cdf[i, j] + x * (inv_sqrt_2pi * math.exp(-half * x * x)))
+
+
+# ---- cross-entropy with log-softmax, row-parallel ------------------------------------------------------
+@njit(cache=True, parallel=True)
+def _xent_fwd(z, t, valid, m, lse, per_row):
+    """Per row i: m_i = max_j z_ij, lse_i = log sum_j exp(z_ij - m_i) (sum in float64),
+    per_row_i = lse_i - (z_{i,t_i} - m_i) on valid rows, 0 on ignored ones."""
+    N, V = z.shape
+    for i in prange(N):
+        mi = z[i, 0]
+        for j in range(1, V):
+            if z[i, j] > mi:
+                mi = z[i, j]
+        acc = 0.0
+        for j in range(V):
+            acc += float(math.exp(z[i, j] - mi))
+        li = math.log(acc)
+        m[i] = mi
+        lse[i] = li
+        per_row[i] = li - float(z[i, t[i]] - mi) if valid[i] else 0.0
+
+
+@njit(cache=True, parallel=True)
+def _xent_bwd(z, t, valid, shift, scale, dz):
+    # dz = scale (softmax(z) - onehot(t)) on valid rows, 0 on ignored ones; shift_i = m_i + lse_i (z's dtype)
+    N, V = z.shape
+    zero = scale - scale
+    for i in prange(N):
+        if not valid[i]:
+            for j in range(V):
+                dz[i, j] = zero
+            continue
+        c = shift[i]
+        for j in range(V):
+            dz[i, j] = scale * math.exp(z[i, j] - c)
+        dz[i, t[i]] -= scale
+
+
+# ---- embedding scatter-add (serial: one pass over the tokens, in order) --------------------------------
+@njit(cache=True)
+def _scatter_add_rows(ids, g, out):  # out[ids[i]] += g[i], tokens in order (repeated ids accumulate)
+    N, C = g.shape
+    for i in range(N):
+        r = ids[i]
+        for c in range(C):
+            out[r, c] += g[i, c]

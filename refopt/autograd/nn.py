@@ -84,20 +84,20 @@ def cross_entropy(logits, targets, ignore_index: int | None = None):
     n = int(valid.sum())
     if n == 0:
         raise ValueError("cross_entropy: every target equals ignore_index; the mean is undefined")
-    rows = np.nonzero(valid)[0]
-    s = _shifted(z2, -1)
-    lse = np.log(np.sum(np.exp(s), axis=-1))
-    per_row = lse[rows] - s[rows, t1[rows]]
-    loss = np.asarray(np.sum(per_row) / z.dtype.type(n), dtype=z.dtype)
+    z2 = np.ascontiguousarray(z2)
+    dt = z.dtype.type
+    m = np.empty(len(t1), z.dtype)
+    lse, per_row = np.empty(len(t1), np.float64), np.empty(len(t1), np.float64)
+    t_safe = np.where(valid, t1, 0).astype(np.int64)
+    _kernels._xent_fwd(z2, t_safe, valid, m, lse, per_row)   # fused, row-parallel; sums in float64
+    loss = np.asarray(np.sum(per_row) / n, dtype=z.dtype)
     if not isinstance(logits, Node):
         return loss
 
     def vjp(g):
-        d = np.exp(s - lse[:, None])             # softmax, (N_all, V)
-        d[rows, t1[rows]] -= 1
-        if n != len(t1):
-            d[~valid] = 0
-        d *= g / z.dtype.type(n)
+        d = np.empty_like(z2)
+        shift = (m + lse).astype(z.dtype)
+        _kernels._xent_bwd(z2, t_safe, valid, shift, dt(g) / dt(n), d)
         return (d.reshape(z.shape),)
 
     return Node(loss, (logits,), vjp)
@@ -120,14 +120,13 @@ def rms_norm(x, gain=None, eps: float = 1e-6):
     if gv is not None and gv.shape != xv.shape[-1:]:
         raise ValueError(f"rms_norm: gain shape {gv.shape} must be ({xv.shape[-1]},)")
     gk = np.ones(xv.shape[-1], xv.dtype) if gv is None else gv
-    y, xhat, r = _kernels.rms_norm(xv, gk, eps)       # fused; sum of squares in float64
+    y, xhat, r = _kernels.rms_norm_fused(xv, gk, eps)  # fused, row-parallel; sum of squares in float64
     if not isinstance(x, Node) and not isinstance(gain, Node):
         return y
 
     def vjp(g):
-        dx = _kernels.rms_norm_vjp(g, gk, xhat, r) if isinstance(x, Node) else None
-        dg = (g * xhat).reshape(-1, xv.shape[-1]).sum(axis=0) if isinstance(gain, Node) else None
-        return dx, dg
+        dx, dg = _kernels.rms_norm_fused_vjp(g, gk, xhat, r, isinstance(gain, Node))
+        return (dx if isinstance(x, Node) else None), dg
 
     return Node(y, (x, gain), vjp)
 
@@ -135,8 +134,8 @@ def rms_norm(x, gain=None, eps: float = 1e-6):
 def embedding(table, ids):
     """Row gather ``table[ids]``: table (V, C), integer ids (...) -> (..., C).
 
-    VJP: d table = scatter-add of g's rows into the rows named by ids (``np.add.at``: repeated ids, the
-    normal case in a batch of tokens, accumulate). Raises ValueError for non-integer or out-of-range ids.
+    VJP: d table = scatter-add of g's rows into the rows named by ids (repeated ids, the normal case in a
+    batch of tokens, accumulate; a serial numba loop over the tokens in order, ``np.add.at`` semantics). Raises ValueError for non-integer or out-of-range ids.
     """
     tv = table.value if isinstance(table, Node) else np.asarray(table)
     ids = np.asarray(ids)
@@ -150,7 +149,7 @@ def embedding(table, ids):
 
     def vjp(g):
         d = np.zeros(tv.shape, dtype=g.dtype)
-        np.add.at(d, ids.reshape(-1), g.reshape(-1, tv.shape[1]))
+        _kernels._scatter_add_rows(ids.reshape(-1), np.ascontiguousarray(g).reshape(-1, tv.shape[1]), d)
         return (d,)
 
     return Node(out, (table,), vjp)
@@ -222,3 +221,159 @@ def swiglu(a, u):
         return (da if isinstance(a, Node) else None), (du if isinstance(u, Node) else None)
 
     return Node(h, (a, u), vjp)
+
+
+# ---- model-level fused primitives (the GPT's hot path) ----------------------------------------------
+def linear_concat(x, weights):
+    """x @ [W_1 | W_2 | ...]: several linear maps of one input as a single GEMM (e.g. W_q, W_k, W_v).
+
+    Shapes: x (..., K), each W_i (K, n_i) -> (..., sum n_i), the column blocks in the order given.
+    VJP: dx = g [W_1 | ...]^T (one GEMM), d[W_1 | ...] = x^T g (one GEMM), split back into the W_i.
+    Raises ValueError for mismatched inner sizes or dtypes.
+    """
+    xv = x.value if isinstance(x, Node) else np.asarray(x)
+    wv = [w.value if isinstance(w, Node) else np.asarray(w) for w in weights]
+    if any(w.ndim != 2 or w.shape[0] != xv.shape[-1] or w.dtype != xv.dtype for w in wv):
+        raise ValueError(f"linear_concat: every weight must be ({xv.shape[-1]}, n) of dtype {xv.dtype}, got "
+                         f"{[(w.shape, str(w.dtype)) for w in wv]}")
+    K = xv.shape[-1]
+    W = np.concatenate(wv, axis=1)
+    x2 = xv.reshape(-1, K)
+    out = (x2 @ W).reshape(xv.shape[:-1] + (W.shape[1],))
+    if not (isinstance(x, Node) or any(isinstance(w, Node) for w in weights)):
+        return out
+    cuts = np.cumsum([w.shape[1] for w in wv])[:-1]
+
+    def vjp(g):
+        g2 = g.reshape(-1, W.shape[1])
+        dx = (g2 @ W.T).reshape(xv.shape) if isinstance(x, Node) else None
+        dW = x2.T @ g2 if any(isinstance(w, Node) for w in weights) else None
+        dws = [None] * len(wv) if dW is None else np.split(dW, cuts, axis=1)
+        return (dx, *(d if isinstance(w, Node) else None for d, w in zip(dws, weights)))
+
+    return Node(out, (x, *weights), vjp)
+
+
+def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = False, eps: float = 1e-6):
+    """Causal multi-head self-attention of a packed projection qkv = h [W_q | W_k | W_v], one primitive:
+
+        q, k, v = split(qkv) into n_head heads of size hs = C / n_head        (B, H, T, hs) each
+        with qk_norm: q <- RMSNorm(q; q_gain), k <- RMSNorm(k; k_gain) per head (gain None = 1)
+        S = q k^T / sqrt(hs),  P = softmax over keys j <= i (P_ij = 0 for j > i, a selection),  o = P v
+        out = o with the heads merged back                                     (B, T, C)
+
+    q, k, v are strided views of qkv (no copies); the batched products run in BLAS, the causal softmax
+    and its VJP in a numba kernel parallel over (batch, head); the output and the cotangent of qkv are
+    written in place through head-merging views. Equal to :func:`attention` composed with
+    :func:`rms_norm` (tests/test_fused.py). VJP as in those two.
+    Shapes: qkv (B, T, 3C), gains (hs,) or None. dtype of qkv throughout (float32 stays float32).
+    Raises ValueError if 3C is not divisible into n_head heads, for a gain of the wrong shape, or eps < 0.
+    """
+    zv = qkv.value if isinstance(qkv, Node) else np.asarray(qkv)
+    if zv.ndim != 3 or zv.shape[-1] % (3 * n_head):
+        raise ValueError(f"self_attention: qkv must be (B, T, 3C) with C divisible by n_head={n_head}, "
+                         f"got {zv.shape}")
+    if eps < 0:
+        raise ValueError(f"self_attention: eps must be >= 0, got {eps}")
+    B, T, C3 = zv.shape
+    C, H = C3 // 3, n_head
+    hs = C // H
+    dt = zv.dtype
+    gains = []
+    for name, gn in (("q_gain", q_gain), ("k_gain", k_gain)):
+        gvv = None if gn is None else (gn.value if isinstance(gn, Node) else np.asarray(gn, dtype=dt))
+        if gvv is not None and gvv.shape != (hs,):
+            raise ValueError(f"self_attention: {name} shape {gvv.shape} must be ({hs},)")
+        gains.append(np.ones(hs, dt) if gvv is None else gvv)
+    z5 = np.ascontiguousarray(zv).reshape(B, T, 3, H, hs)
+
+    def heads(a):  # (B, T, H, hs) -> (B, H, T, hs) view
+        return a.transpose(0, 2, 1, 3)
+
+    if qk_norm:   # RMSNorm over hs of each head's row: (B, T, H, hs) copies, normalised by the fused kernel
+        qn, qhat, rq = _kernels.rms_norm_fused(z5[:, :, 0], gains[0], eps)
+        kn, khat, rk = _kernels.rms_norm_fused(z5[:, :, 1], gains[1], eps)
+    else:
+        qn, kn = z5[:, :, 0], z5[:, :, 1]
+    q, k, v = heads(qn), heads(kn), heads(z5[:, :, 2])
+    scale = 1 / np.sqrt(hs)
+    P = _kernels.causal_softmax_par_(q @ k.swapaxes(-1, -2), scale)          # (B, H, T, T), fresh
+    y = np.empty((B, T, H, hs), dt)
+    np.matmul(P, v, out=heads(y))
+    y = y.reshape(B, T, C)
+    traced = [isinstance(a, Node) for a in (qkv, q_gain, k_gain)]
+    if not any(traced):
+        return y
+
+    def vjp(g):
+        dO = heads(np.ascontiguousarray(g, dtype=dt).reshape(B, T, H, hs))
+        dz = np.empty((B, T, 3, H, hs), dt)
+        np.matmul(P.swapaxes(-1, -2), dO, out=heads(dz[:, :, 2]))            # dv = P^T dO
+        dS = _kernels.causal_softmax_vjp_par_(P, dO @ v.swapaxes(-1, -2), scale)  # scale P (dP - <dP, P>)
+        dgq = dgk = None
+        if qk_norm:
+            dqn, dkn = np.empty((B, T, H, hs), dt), np.empty((B, T, H, hs), dt)
+            np.matmul(dS, k, out=heads(dqn))
+            np.matmul(dS.swapaxes(-1, -2), q, out=heads(dkn))
+            dz[:, :, 0], dgq = _kernels.rms_norm_fused_vjp(dqn, gains[0], qhat, rq, traced[1])
+            dz[:, :, 1], dgk = _kernels.rms_norm_fused_vjp(dkn, gains[1], khat, rk, traced[2])
+        else:
+            np.matmul(dS, k, out=heads(dz[:, :, 0]))                          # dq = dS k
+            np.matmul(dS.swapaxes(-1, -2), q, out=heads(dz[:, :, 1]))         # dk = dS^T q
+        return (dz.reshape(zv.shape) if traced[0] else None), dgq, dgk
+
+    return Node(y, (qkv, q_gain, k_gain), vjp)
+
+
+FFN_ACTIVATIONS = ("swiglu", "reglu", "gelu")
+
+
+def ffn_activation(z, kind: str):
+    """The feed-forward nonlinearity, fused and row-parallel (Shazeer 2020, arXiv:2002.05202):
+
+        'swiglu': z = [a | u] (..., 2F) -> silu(a) * u = a sigma(a) u       (..., F)
+        'reglu':  z = [a | u] (..., 2F) -> relu(a) * u                      (..., F)   (relu'(0) = 0)
+        'gelu':   z (..., F) -> z Phi(z), Phi(z) = erfc(-z / sqrt 2) / 2    (..., F)   (exact erf GELU)
+
+    VJPs: swiglu da = g u s (1 + a (1 - s)), du = g a s (s = sigma(a)); reglu da = g u [a > 0],
+    du = g relu(a); gelu dz = g (Phi(z) + z phi(z)). Equal to ``silu(a) * u``, ``relu(a) * u`` and
+    :func:`refopt.autograd.gelu` composed from the pointwise primitives (tests/test_fused.py).
+    Raises ValueError for an unknown kind or an odd last axis for the GLU kinds.
+    """
+    if kind not in FFN_ACTIVATIONS:
+        raise ValueError(f"ffn_activation: kind must be one of {FFN_ACTIVATIONS}, got {kind!r}")
+    zv = z.value if isinstance(z, Node) else np.asarray(z)
+    if kind != "gelu" and zv.shape[-1] % 2:
+        raise ValueError(f"ffn_activation: a GLU input needs an even last axis [gate | up], got {zv.shape}")
+    dt = zv.dtype.type
+    W = zv.shape[-1]
+    F = W if kind == "gelu" else W // 2
+    z2 = np.ascontiguousarray(zv).reshape(-1, W)
+    h = np.empty((z2.shape[0], F), zv.dtype)
+    aux = None
+    if kind == "swiglu":
+        aux = np.negative(z2[:, :F])
+        with np.errstate(over="ignore", under="ignore"):  # exp(-a) = inf (a < -88 in float32): sigma = 0
+            np.exp(aux, out=aux)                 # NumPy's SIMD exp; the kernel turns it into sigma(a)
+        _kernels._swiglu_fwd(z2, h, aux, dt(1))
+    elif kind == "reglu":
+        _kernels._reglu_fwd(z2, h)
+    else:
+        aux = np.empty_like(h)
+        _kernels._gelu_fwd(z2, h, aux, dt(-0.7071067811865476), dt(0.5))
+    h = h.reshape(zv.shape[:-1] + (F,))
+    if not isinstance(z, Node):
+        return h
+
+    def vjp(g):
+        g2 = np.ascontiguousarray(g, dtype=zv.dtype).reshape(-1, F)
+        dz = np.empty_like(z2)
+        if kind == "swiglu":
+            _kernels._swiglu_bwd(g2, z2, aux, dz, dt(1))
+        elif kind == "reglu":
+            _kernels._reglu_bwd(g2, z2, dz)
+        else:
+            _kernels._gelu_bwd(g2, z2, aux, dz, dt(0.3989422804014327), dt(0.5))
+        return (dz.reshape(zv.shape),)
+
+    return Node(h, (z,), vjp)

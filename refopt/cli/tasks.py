@@ -92,6 +92,8 @@ class GPTTask:
 
     name = "gpt"
     EVAL_SEED = 12345
+    #: the final metrics are the periodic ones (train.final_metrics reuses the last row's, if logged)
+    final_is_periodic = ("val_loss",)
 
     def __init__(self, args, dtype):
         from models import gpt
@@ -115,6 +117,7 @@ class GPTTask:
         erng = np.random.default_rng(self.EVAL_SEED)
         self.eval_batches = [get_batch(self.val_ids, T, self.batch_size, erng) for _ in range(args.eval_batches)]
         self.sample_chars = args.sample_chars
+        self._checked = False
 
     def describe(self) -> dict:
         c = self.corpus
@@ -129,15 +132,25 @@ class GPTTask:
     def init_params(self, seed: int):
         return self.gpt.init(self.config, seed, dtype=self.dtype)
 
+    def _check_once(self, params) -> bool:
+        """Validate the params' structure and shapes on the first call only (``gpt.check_params``, about
+        0.7 ms); the training loop passes arrays of the same structure every step. Returns False."""
+        if not self._checked:
+            self.gpt.check_params(params, self.config)
+            self._checked = True
+        return False
+
     def loss(self, params, x, y):
-        return self.gpt.loss(params, x, y, self.config)
+        return self.gpt.loss(params, x, y, self.config, check=self._check_once(params))
 
     def batch(self, seed: int, step: int):
         return self.get_batch(self.train_ids, self.config.block_size, self.batch_size,
                               np.random.default_rng([seed, step]))
 
     def _val_loss(self, params) -> float:
-        return float(np.mean([float(self.gpt.loss(params, x, y, self.config)) for x, y in self.eval_batches]))
+        check = self._check_once(params)
+        return float(np.mean([float(self.gpt.loss(params, x, y, self.config, check=check))
+                              for x, y in self.eval_batches]))
 
     def periodic_eval(self, params) -> dict:
         return {"val_loss": self._val_loss(params)}
