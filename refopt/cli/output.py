@@ -92,3 +92,38 @@ def plot_curves(path: str, curves: dict[str, tuple[list, list]], xlabel: str, yl
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
+
+
+def log_ticks(lo: float, hi: float, n: int = 6) -> list[float]:
+    """About ``n`` round values (1, 2 or 3 significant digits) spaced evenly in log scale over
+    [lo, hi], so that a log axis has labelled ticks even when the data span less than a decade."""
+    if not (0 < lo <= hi) or not all(map(np.isfinite, (lo, hi))):
+        return []
+    if hi / lo < 1.0001:
+        lo, hi = lo / 1.05, hi * 1.05
+    for digits in (1, 2, 3):
+        ticks = []
+        for v in np.geomspace(lo, hi, n):
+            e = np.floor(np.log10(v)) - (digits - 1)
+            t = float(np.round(v / 10 ** e) * 10 ** e)
+            t = float(f"{t:.{digits}g}")
+            if lo <= t <= hi and t not in ticks:
+                ticks.append(t)
+        if len(ticks) >= min(n, 4):
+            return ticks
+    return ticks
+
+
+def log_axis(ax, lo: float, hi: float) -> None:
+    """A log y axis over [lo, hi] labelled at :func:`log_ticks` (plain numbers, no 10^k notation)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    ax.set_yscale("log")
+    ticks = log_ticks(lo, hi)
+    if ticks:
+        ax.yaxis.set_major_locator(FixedLocator(ticks))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        pad = (hi / lo) ** 0.04 if hi > lo else 1.05
+        ax.set_ylim(lo / pad, hi * pad)

@@ -19,6 +19,7 @@ class MLPTask:
     """
 
     name = "mlp"
+    eval_split = "test"      # the digits have no validation split: the periodic val_* metrics use the test set
 
     def __init__(self, args, dtype):
         from models import mlp
@@ -41,11 +42,11 @@ class MLPTask:
                 "data_sha256": d.sha256, "n_train": len(d.y_train), "n_test": len(d.y_test)}
 
     def labels(self, params):
-        """Which arrays are the 'hidden' matrices for Muon-like rules: every weight matrix but the head
-        (the input layer counts as hidden here, so the default one-hidden-layer MLP has one)."""
+        """Which arrays are the 'hidden' matrices for Muon-like rules: :func:`refopt.mlp_labels`, exactly
+        as the API labels the MLP (the same labels for the same model, from Python or the command line)."""
         from refopt import mlp_labels
 
-        return mlp_labels(params, first="hidden")
+        return mlp_labels(params)
 
     def init_params(self, seed: int):
         return self.mlp.init(seed, self.sizes, dtype=self.dtype)
@@ -93,6 +94,7 @@ class GPTTask:
     """
 
     name = "gpt"
+    eval_split = "validation"
     EVAL_SEED = 12345
 
     def __init__(self, args, dtype):
