@@ -94,24 +94,28 @@ def plot_curves(path: str, curves: dict[str, tuple[list, list]], xlabel: str, yl
     plt.close(fig)
 
 
-def log_ticks(lo: float, hi: float, n: int = 6) -> list[float]:
-    """About ``n`` round values (1, 2 or 3 significant digits) spaced evenly in log scale over
-    [lo, hi], so that a log axis has labelled ticks even when the data span less than a decade."""
-    if not (0 < lo <= hi) or not all(map(np.isfinite, (lo, hi))):
+#: mantissas of the tick values in each decade, from coarse to fine
+_MANTISSAS = ([1], [1, 3], [1, 2, 5], [1, 2, 3, 5, 7], [1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9],
+              [k / 10 for k in range(10, 100)], [k / 100 for k in range(100, 1000)])
+
+
+def log_ticks(lo: float, hi: float, n: int = 4) -> list[float]:
+    """Round tick values for a log axis over [lo, hi]: the coarsest of 1, 1-3, 1-2-5, ... per decade
+    down to three significant digits that puts at least ``n`` ticks in the range (thinned to at most
+    10), so that the axis is labelled even when the data span less than a decade."""
+    if not (0 < lo <= hi) or not (np.isfinite(lo) and np.isfinite(hi)):
         return []
-    if hi / lo < 1.0001:
-        lo, hi = lo / 1.05, hi * 1.05
-    for digits in (1, 2, 3):
-        ticks = []
-        for v in np.geomspace(lo, hi, n):
-            e = np.floor(np.log10(v)) - (digits - 1)
-            t = float(np.round(v / 10 ** e) * 10 ** e)
-            t = float(f"{t:.{digits}g}")
-            if lo <= t <= hi and t not in ticks:
-                ticks.append(t)
-        if len(ticks) >= min(n, 4):
-            return ticks
-    return ticks
+    if hi / lo < 1.05:
+        lo, hi = lo / 1.03, hi * 1.03
+    e0, e1 = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    ticks: list[float] = []
+    for mantissas in _MANTISSAS:
+        ticks = [float(f"{m * 10.0 ** e:.4g}") for e in range(e0, e1 + 1) for m in mantissas]
+        ticks = sorted({t for t in ticks if lo <= t <= hi})
+        if len(ticks) >= n:
+            break
+    step = -(-len(ticks) // 10)
+    return ticks[::step]
 
 
 def log_axis(ax, lo: float, hi: float) -> None:
@@ -125,5 +129,5 @@ def log_axis(ax, lo: float, hi: float) -> None:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
         ax.yaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_minor_formatter(NullFormatter())
-        pad = (hi / lo) ** 0.04 if hi > lo else 1.05
-        ax.set_ylim(lo / pad, hi * pad)
+        pad = max((hi / lo) ** 0.04, 1.03)
+        ax.set_ylim(min(lo, ticks[0]) / pad, max(hi, ticks[-1]) * pad)

@@ -415,6 +415,8 @@ def loss_figure(rows, title: str, eval_split: str = "validation"):
     ax.legend(fontsize=8)
     for k in [k for k in metric_columns(rows) if k.startswith("lr[")]:
         ax_lr.plot(steps, [r.get(k, float("nan")) for r in rows], lw=1.2, label=k)
+    ax_lr.set_ylim(bottom=0.0)
+    ax_lr.margins(y=0.15)
     ax_lr.set_xlabel("step")
     ax_lr.set_ylabel("learning rate")
     ax_lr.grid(alpha=0.3)
