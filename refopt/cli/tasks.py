@@ -1,7 +1,7 @@
 """What ``refopt train`` can train: a task = model + data + batching + evaluation.
 
-``MLPTask``: the MLP of ``models.mlp`` on scikit-learn's 8x8 digits. ``GPTTask``: the GPT of
-``models.gpt`` on a character-level corpus (default: CPython's ``pydoc_data.topics``).
+``MLPTask``: the MLP of ``refopt.models.mlp`` on scikit-learn's 8x8 digits. ``GPTTask``: the GPT of
+``refopt.models.gpt`` on a character-level corpus (default: CPython's ``pydoc_data.topics``).
 
 Batches are a pure function of ``(seed, step)``, so a run resumed from a checkpoint at step k sees the
 same data as the uninterrupted run.
@@ -22,8 +22,8 @@ class MLPTask:
     eval_split = "test"      # the digits have no validation split: the periodic val_* metrics use the test set
 
     def __init__(self, args, dtype):
-        from models import mlp
-        from models.data import load_digits
+        from refopt.models import mlp
+        from refopt.models.data import load_digits
 
         self.mlp = mlp
         self.data = load_digits(dtype=dtype)
@@ -98,8 +98,8 @@ class GPTTask:
     EVAL_SEED = 12345
 
     def __init__(self, args, dtype):
-        from models import gpt
-        from models.data import CharVocab, get_batch, load_text, split_ids
+        from refopt.models import gpt
+        from refopt.models.data import CharVocab, get_batch, load_text, split_ids
 
         self.gpt, self.get_batch = gpt, get_batch
         self.corpus = load_text(args.data)

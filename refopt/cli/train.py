@@ -1,6 +1,6 @@
 """Train a reference model with a refopt rule; write metrics.csv, config.json, loss.png, checkpoint.npz.
 
-Default: the GPT of ``models.gpt`` (4 layers, 128 wide, 4 heads, block 64, batch 32, float32) on the
+Default: the GPT of ``refopt.models.gpt`` (4 layers, 128 wide, 4 heads, block 64, batch 32, float32) on the
 English text CPython ships (``pydoc_data.topics``), with Muon on the hidden matrices and AdamW on the
 embeddings and gains, a 30-step warmup and cosine decay. ``--model mlp`` trains the MLP on
 scikit-learn's 8x8 digits. The same seed gives the same files (wall-clock times are printed, never
