@@ -1,6 +1,6 @@
 """Gradient checking by the dot-product (VJP) test against central finite differences, in float64.
 
-For a scalar f and a random unit direction v in params space (HIPS/autograd ``check_vjp``; STYLE.md 3.4):
+For a scalar f and a random unit direction v in params space (as HIPS/autograd's ``check_vjp``):
 
     analytic  = <grad f(p), v>
     numeric   = (f(p + eps v) - f(p - eps v)) / (2 eps)

@@ -1,7 +1,7 @@
 """The tape: traced array nodes, the iterative backward pass, and ``value_and_grad`` / ``grad``.
 
-Design (STYLE.md section 3.1, after HIPS/autograd's ``backward_pass`` and micrograd's closures)
-------------------------------------------------------------------------------------------------
+Design (after HIPS/autograd's ``backward_pass`` and micrograd's closures)
+------------------------------------------------------------------------
 * A :class:`Node` holds ``value`` (an ndarray), ``parents`` (the inputs of the primitive that made it:
   nodes or constants) and ``vjp``, a closure built at forward time that maps the output cotangent ``g``
   (same shape as ``value``) to a tuple of input cotangents, one per parent (``None`` for constants and
@@ -9,7 +9,7 @@ Design (STYLE.md section 3.1, after HIPS/autograd's ``backward_pass`` and microg
 * :func:`backward` walks the graph in reverse topological order found *iteratively* (no recursion, so a
   chain of any length works), seeds the output with 1, and sums the cotangents a node receives from its
   several consumers (fan-out) as ``acc = acc + g``: always a new array, never an in-place ``+=`` into an
-  array that another node may still hold (STYLE.md 3.3 item 6).
+  array that another node may still hold.
 * Nothing is stored on the parameters: ``grad(f)(params)`` traces a fresh graph every call and returns a
   fresh pytree of gradients, so repeated calls give identical results (PITFALLS.md B18).
 * Primitives (``ops.py``, ``nn.py``) return plain ndarrays when none of their inputs is a node, so model

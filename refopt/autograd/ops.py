@@ -1,4 +1,4 @@
-"""Primitives: forward and VJP side by side, one small function each (the table of STYLE.md section 3.2).
+"""Primitives: forward and VJP side by side, one small function each.
 
 Every primitive accepts nodes or constants. With no node among its inputs it returns the plain NumPy
 result, so the same model code runs untraced. ``g`` is the output cotangent; ``unbroadcast`` sums it back
@@ -6,7 +6,10 @@ to each operand's shape (PITFALLS.md B19). A floating constant mixed with a node
 dtype first (NumPy 2 / NEP 50 would otherwise promote float32 to float64 for ``np.float64`` scalars and
 float64 arrays).
 
-Conventions at non-differentiable points: ``relu'(0) = 0``.
+Conventions at non-differentiable points: ``relu'(0) = 0``; those of jax.grad for the rest (tested
+against it): ``|x|'(0) = 1``; ``maximum`` / ``minimum`` split the cotangent 1/2 : 1/2 between equal
+operands; ``clip`` passes 1/2 of it at a bound. ``where`` gives NaN when the branch not taken has a NaN
+derivative (``where(x > 0, sqrt(x), 0)`` at x <= 0), as jax.grad: guard the argument too (see where).
 """
 from __future__ import annotations
 
@@ -217,7 +220,7 @@ def getitem(a, idx):
     """a[idx] for basic (slices, ints, None, ...) or advanced (integer / boolean array) indices.
 
     VJP: zeros of a's shape with g scattered back; repeated indices accumulate (``np.add.at``
-    semantics, never ``z[idx] += g``, which drops duplicates; STYLE.md 3.3 item 7).
+    semantics, never ``z[idx] += g``, which drops duplicates).
     Raises: TypeError if ``idx`` contains a traced node.
     """
     parts = idx if isinstance(idx, tuple) else (idx,)
