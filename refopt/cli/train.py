@@ -59,7 +59,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
                    help="floating type of the parameters, the data and the optimizer state")
     p.add_argument("--out", default="runs/train", help="output directory (created if missing)")
-    p.add_argument("--eval-interval", type=int, default=50, help="steps between validation evaluations")
+    p.add_argument("--eval-interval", type=int, default=50,
+                   help="steps between evaluations on the validation split (the test split for the MLP)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     m = p.add_argument_group("mlp")
     m.add_argument("--hidden", type=int, nargs="+", default=[128], help="MLP hidden widths")
