@@ -96,6 +96,7 @@ def plot_curves(path: str, curves: dict[str, tuple[list, list]], xlabel: str, yl
 
 #: mantissas of the tick values in each decade, from coarse to fine
 _MANTISSAS = ([1], [1, 3], [1, 2, 5], [1, 2, 3, 5, 7], [1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9],
+              [1, 1.2, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9],
               [k / 10 for k in range(10, 100)], [k / 100 for k in range(100, 1000)])
 
 
