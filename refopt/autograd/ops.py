@@ -414,7 +414,9 @@ FUNCTIONS = {
     np.sum: (lambda a, axis=None, keepdims=False: sum(a, axis, keepdims), ("axis", "keepdims")),
     np.mean: (lambda a, axis=None, keepdims=False: mean(a, axis, keepdims), ("axis", "keepdims")),
     np.where: (lambda c, a, b: where(c, a, b), ()),
-    np.clip: (lambda a, a_min=None, a_max=None: clip(a, a_min, a_max), ("a_min", "a_max")),
+    np.clip: (lambda a, a_min=None, a_max=None, min=None, max=None:  # noqa: A002 (NumPy 2.1's names)
+              clip(a, a_min if a_min is not None else min, a_max if a_max is not None else max),
+              ("a_min", "a_max", "min", "max")),
     np.reshape: (lambda a, shape=None, newshape=None: reshape(a, shape if shape is not None else newshape),
                  ("shape", "newshape")),
     np.transpose: (lambda a, axes=None: transpose(a, axes), ("axes",)),
