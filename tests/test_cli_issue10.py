@@ -271,3 +271,23 @@ def test_compare_png_legend_outside_and_wall_time_from_step_1():
     assert starts == {"adamw train (smoothed)": 0.0, "muon train (smoothed)": 0.0}
     assert any("test" in t.get_text() for t in fig.legends[0].get_texts())
     plt.close(fig)
+
+
+@pytest.mark.parametrize("model", ["mlp", "gpt"])
+def test_every_optimizer_builds_its_rule(model):
+    """Every --optimizer name (and every --covariant-base) gives a rule: a helper of the options table
+    once shadowed a builder's helper and broke muonh, adamh and covariant."""
+    from refopt.cli import optimizers
+
+    for name in optimizers.OPTIMIZERS:
+        for base in (["adam", "muon", "sgd"] if name == "covariant" else ["adam"]):
+            args = _args(["train", "--model", model, "--optimizer", name, "--covariant-base", base]
+                         if name == "covariant" else ["train", "--model", model, "--optimizer", name])
+            train._resolve(args)
+            args.warmup = 10
+            args.schedule_fn = optimizers.build_schedule(args, 100)
+            labels = {"w": "hidden", "b": "other"}
+            rule, lr = optimizers.build_rule(args, model, args.schedule_fn, labels)
+            assert isinstance(rule, refopt.core.Rule) and lr > 0
+            params = {"w": np.ones((3, 2)), "b": np.ones(2)}
+            refopt.update(rule, refopt.init(rule, params), params, params)

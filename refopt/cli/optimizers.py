@@ -100,7 +100,7 @@ def _partitioned(name, a):
     return OPTIMIZERS[name].partitioned
 
 
-def _hidden_base(base):
+def _covariant_over(base):
     return lambda name, a: name == "covariant" and a.covariant_base == base
 
 
@@ -116,17 +116,17 @@ def _named(*names):
 #: --weight-decay, --warmup) apply to every optimizer. An option given on the command line that no
 #: chosen optimizer uses is an error (:func:`check_options`), never silently recorded in config.json.
 USED_BY = {
-    "momentum": _any(_named("sgd"), _hidden_base("sgd")),
-    "nesterov": _any(_named("sgd"), _hidden_base("sgd")),
+    "momentum": _any(_named("sgd"), _covariant_over("sgd")),
+    "nesterov": _any(_named("sgd"), _covariant_over("sgd")),
     "beta1": _any(_named("adam", "adamw", "average", "ema"), _partitioned),
     "beta2": _any(_named("adam", "adamw", "average", "ema", "schedulefree-adamw"), _partitioned),
     "eps": _any(_named("adam", "adamw", "average", "ema", "schedulefree-adamw"), _partitioned),
     "wd_mode": _any(_named("adamw", "average", "ema"), _partitioned),
     "adam_lr": _partitioned,
-    "muon_momentum": _any(_named("muon", "muonh"), _hidden_base("muon")),
-    "muon_scale": _any(_named("muon", "muonh"), _hidden_base("muon")),
-    "ns_coeffs": _any(_named("muon", "muonh"), _hidden_base("muon")),
-    "ns_steps": _any(_named("muon", "muonh"), _hidden_base("muon")),
+    "muon_momentum": _any(_named("muon", "muonh"), _covariant_over("muon")),
+    "muon_scale": _any(_named("muon", "muonh"), _covariant_over("muon")),
+    "ns_coeffs": _any(_named("muon", "muonh"), _covariant_over("muon")),
+    "ns_steps": _any(_named("muon", "muonh"), _covariant_over("muon")),
     "covariant_base": _named("covariant"),
     "sf_beta": _named(*SCHEDULE_FREE),
     "ema_decay": _named("ema"),
