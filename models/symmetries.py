@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.gpt import GPTConfig
+from .gpt import GPTConfig
 
 GLU = ("swiglu", "reglu")
 

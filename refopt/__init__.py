@@ -11,7 +11,7 @@ See :mod:`refopt.core` for the contract, :mod:`refopt.rules` for the rules, :mod
 learning-rate multipliers, :mod:`refopt.autograd` for the numpy autograd.
 """
 from refopt import autograd, schedules, tree
-from refopt.autograd import check_grads, check_grads_per_leaf, grad, value_and_grad
+from refopt.autograd import check_grad_fn, check_grads, check_grads_per_leaf, grad, value_and_grad
 from refopt.checkpoint import Checkpoint, CheckpointError, load, save
 from refopt.core import OptState, Rule, direction, eval_params, init, update, update_
 from refopt.linalg import msign
@@ -36,7 +36,7 @@ def mlp_labels(params, first: str = "hidden", last: str = "other"):
 
 
 __all__ = [
-    "tree", "autograd", "schedules", "value_and_grad", "grad", "check_grads", "check_grads_per_leaf",
+    "tree", "autograd", "schedules", "value_and_grad", "grad", "check_grads", "check_grads_per_leaf", "check_grad_fn",
     "OptState", "Rule", "init", "update", "update_", "direction", "eval_params", "save", "load", "Checkpoint", "CheckpointError", "msign",
     "SGD", "Adam", "AdamW", "Lion", "Muon", "Hyperball", "Covariant", "Average", "EMA", "ClipByGlobalNorm",
     "ScheduleFreeSGD", "ScheduleFreeAdamW", "Partition", "RefoptWarning", "gpt_labels", "matrix_labels", "mlp_labels",

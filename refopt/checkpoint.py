@@ -42,7 +42,9 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import math
 import os
+import struct
 import tempfile
 import types as _types
 import zipfile
@@ -96,12 +98,20 @@ def _decode_treedef(e: Any, types_: dict) -> T.TreeDef:
     kind = e["kind"]
     if kind in ("leaf", "none"):
         return T.TreeDef(kind, None, ())
+    if kind not in ("dict", "namedtuple", "list", "tuple"):
+        raise CheckpointError(f"unknown tree node kind {kind!r}")
     kids = tuple(_decode_treedef(c, types_) for c in e["children"])
     if kind == "dict":
-        return T.TreeDef("dict", tuple(e["keys"]), kids)
+        keys = tuple(e["keys"])
+        if len(keys) != len(kids) or any(type(k) not in (str, int) for k in keys) or len(set(keys)) != len(keys):
+            raise CheckpointError(f"a stored dict has keys {list(keys)[:5]}: not {len(kids)} distinct str or int")
+        return T.TreeDef("dict", keys, kids)
     if kind == "namedtuple":
         module, qualname = e["type"]
         fields = tuple(e["fields"])
+        if len(fields) != len(kids) or not all(isinstance(f, str) for f in fields):
+            raise CheckpointError(f"a stored NamedTuple {qualname!r} has fields {list(fields)[:5]} for "
+                                  f"{len(kids)} children")
         if f"{module}.{qualname}" in types_:
             cls = types_[f"{module}.{qualname}"]
         elif _in_refopt(module):
@@ -174,17 +184,16 @@ def save(path: str | os.PathLike, params: Any, state: OptState, rule: Rule | Non
       extra_metadata: JSON-serializable values stored as ``metadata`` (e.g. step=..., seed=...).
 
     Raises:
-      CheckpointError: a rule field, a state leaf or an extra value cannot be serialized (nothing is
-        written then), or state does not match params.
+      CheckpointError: a rule field, a state leaf or an extra value cannot be serialized, or state does
+        not match params (other containers, or an array whose shape or dtype differs from the state
+        ``refopt.init(rule, params)`` makes; without a rule, from the parameter's unless 0-d or empty).
+        Nothing is written then.
       OSError: the file cannot be written.
     """
     from refopt import __version__
     if not isinstance(state, OptState):
         raise CheckpointError(f"state must be an OptState from refopt.init, got {type(state).__name__}")
-    try:
-        T.flatten_up_to(T.structure(params), state.leaves, name="state.leaves")
-    except ValueError as e:
-        raise CheckpointError(str(e)) from None
+    _check_state(params, state, rule)
     arrays: dict[str, np.ndarray] = {}
     meta = {
         "format": FORMAT,
@@ -242,22 +251,55 @@ def _umask() -> int:
     return mask
 
 
+#: what a corrupted file can make the zip and npy readers raise; all become CheckpointError
+_READ_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, zlib.error, ValueError,
+                NotImplementedError, RuntimeError, UnicodeDecodeError, struct.error, OverflowError)
+#: what malformed metadata can make decoding raise (a missing key, a wrong type, a bad name ...)
+_META_ERRORS = (KeyError, TypeError, IndexError, AttributeError, ValueError, OverflowError, RecursionError)
+_MAX_META_BYTES = 1 << 28      # 256 MiB of JSON is far beyond any real tree description
+
+
 def _open(path) -> zipfile.ZipFile:
+    """The archive at ``path``, after checking every member is stored the way :func:`save` writes it
+    (uncompressed, unencrypted, its sizes within the file), so that no read allocates more than the file
+    holds and no decompressor or decrypter runs on untrusted bytes."""
+    path = os.fspath(path)
     try:
-        return zipfile.ZipFile(os.fspath(path), "r")
+        z = zipfile.ZipFile(path, "r")
     except FileNotFoundError:
         raise
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
+    except _READ_ERRORS as e:
         raise CheckpointError(f"{path} is not a readable refopt checkpoint (truncated or corrupted?): {e}") \
             from None
+    try:
+        size = os.path.getsize(path)
+        names = set()
+        for info in z.infolist():
+            if info.filename in names:
+                raise CheckpointError(f"{path}: the member {info.filename!r} appears twice (corrupted?)")
+            names.add(info.filename)
+            if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+                raise CheckpointError(f"{path}: the member {info.filename!r} is compressed or encrypted; "
+                                      f"refopt writes stored members only (truncated or corrupted?)")
+            if info.file_size != info.compress_size or info.compress_size > size:
+                raise CheckpointError(f"{path}: the member {info.filename!r} claims {info.file_size} bytes, "
+                                      f"more than the file holds (truncated or corrupted?)")
+    except BaseException:
+        z.close()
+        raise
+    return z
 
 
 def _read_meta(z: zipfile.ZipFile, path) -> dict:
     try:
+        if z.getinfo(META_NAME).file_size > _MAX_META_BYTES:
+            raise CheckpointError(f"{path}: {META_NAME} is larger than {_MAX_META_BYTES} bytes (corrupted?)")
         meta = json.loads(z.read(META_NAME).decode("utf-8"))
     except KeyError:
         raise CheckpointError(f"{path} has no {META_NAME}: not a refopt checkpoint") from None
-    except (zipfile.BadZipFile, EOFError, OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (*_READ_ERRORS, RecursionError) as e:
+        if isinstance(e, CheckpointError):
+            raise
         raise CheckpointError(f"{path}: unreadable {META_NAME} (truncated or corrupted?): {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a refopt checkpoint (format {meta.get('format')!r})"
@@ -265,7 +307,50 @@ def _read_meta(z: zipfile.ZipFile, path) -> dict:
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path} has checkpoint format version {meta.get('format_version')!r}; this "
                               f"refopt reads version {FORMAT_VERSION}")
+    _check_meta(meta, path)
     return meta
+
+
+def _check_meta(meta: dict, path) -> None:
+    """Check the shape of the metadata header (every key present, every leaf record well formed) before
+    anything is read or built from it. Raises CheckpointError naming the first problem."""
+    def bad(what):
+        raise CheckpointError(f"{path}: malformed {META_NAME}: {what}")
+
+    for key in ("refopt_version", "rule", "params", "state", "extra"):
+        if key not in meta:
+            bad(f"no {key!r} entry")
+    if not isinstance(meta["extra"], dict):
+        bad("'extra' is not an object")
+    seen = set()
+    for part in ("params", "state"):
+        tree = meta[part]
+        if not isinstance(tree, dict) or not isinstance(tree.get("def"), dict) or \
+                not isinstance(tree.get("leaves"), list):
+            bad(f"{part!r} is not a tree ({{'def': ..., 'leaves': [...]}})")
+        for i, rec in enumerate(tree["leaves"]):
+            where = f"{part} leaf {i}"
+            if not isinstance(rec, dict) or rec.get("kind") not in ("py", "array", "npscalar"):
+                bad(f"{where} has no valid 'kind'")
+            if rec["kind"] == "py":
+                if "value" not in rec or not (rec["value"] is None or type(rec["value"]) in (bool, int, float, str)):
+                    bad(f"{where}: a Python scalar leaf needs a 'value' (None, bool, int, float or str)")
+                continue
+            key, dtype, shape, digest = (rec.get(k) for k in ("key", "dtype", "shape", "sha256"))
+            if not isinstance(key, str) or not key.startswith(part + "/") or key in seen:
+                bad(f"{where}: its 'key' {key!r} is not a unique name under {part}/")
+            seen.add(key)
+            if not isinstance(digest, str) or len(digest) != 64:
+                bad(f"{key}: no valid 'sha256'")
+            try:
+                ok_dtype = isinstance(dtype, str) and np.dtype(dtype).kind in "biufc" and np.dtype(dtype).str == dtype
+            except _META_ERRORS:
+                ok_dtype = False
+            if not ok_dtype:
+                bad(f"{key}: 'dtype' {dtype!r} is not a numeric numpy dtype string")
+            if not isinstance(shape, list) or len(shape) > 64 or \
+                    not all(type(n) is int and n >= 0 for n in shape) or (rec["kind"] == "npscalar" and shape):
+                bad(f"{key}: 'shape' {shape!r} is not a list of sizes >= 0")
 
 
 def read_metadata(path: str | os.PathLike) -> dict:
@@ -293,49 +378,127 @@ def load(path: str | os.PathLike, rule: Rule | None = None,
 
     Raises:
       FileNotFoundError: no such file.
-      CheckpointError: truncated or corrupted file, sha256 / dtype / shape mismatch, a missing or
-        unexpected array, another format or format version, or a stored class refopt does not have.
+      CheckpointError: whatever is wrong with the file: truncated or corrupted bytes, a compressed or
+        encrypted member, malformed metadata (a key missing, a wrong type, an invalid tree definition),
+        sha256 / dtype / shape mismatch between an array and the metadata, a missing or unexpected
+        array, a state that does not fit params and rule (as in :func:`save`), another format or format
+        version, or a stored class refopt does not have. No array is allocated before its npy header
+        and member size agree with the metadata, and nothing but refopt classes is imported.
     """
     types_ = {f"{c.__module__}.{c.__qualname__}": c for c in types}
     with _open(path) as z:
         meta = _read_meta(z, path)
-        try:
-            recs = [r for part in ("params", "state") for r in meta[part]["leaves"] if r["kind"] != "py"]
-            names = set(z.namelist()) - {META_NAME}
-            wanted = {r["key"] + ".npy" for r in recs}
-            if names - wanted:
-                raise CheckpointError(f"{path}: unexpected members {sorted(names - wanted)[:3]}")
-            arrays = {}
-            for r in recs:
-                arrays[r["key"]] = _read_array(z, r, path)
-            params = _decode_tree(meta["params"], arrays, types_)
-            state = _decode_tree(meta["state"], arrays, types_)
-        except (KeyError, TypeError, IndexError) as e:
-            raise CheckpointError(f"{path}: malformed metadata ({type(e).__name__}: {e})") from None
-    if not isinstance(state, OptState):
-        raise CheckpointError(f"{path}: the stored state is not an OptState")
+        recs = [r for part in ("params", "state") for r in meta[part]["leaves"] if r["kind"] != "py"]
+        names = set(z.namelist()) - {META_NAME}
+        wanted = {r["key"] + ".npy" for r in recs}
+        if names - wanted:
+            raise CheckpointError(f"{path}: unexpected members {sorted(names - wanted)[:3]}")
+        arrays = {r["key"]: _read_array(z, r, path) for r in recs}
     try:
-        T.flatten_up_to(T.structure(params), state.leaves, name="state.leaves")
-    except ValueError as e:
+        params = _decode_tree(meta["params"], arrays, types_)
+        state = _decode_tree(meta["state"], arrays, types_)
+        if rule is None and meta["rule"] is not None:
+            rule = rule_from_json(meta["rule"])
+    except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    if rule is None and meta["rule"] is not None:
-        rule = rule_from_json(meta["rule"])
-    return Checkpoint(params, state, rule, meta.get("extra", {}))
+    except _META_ERRORS as e:
+        raise CheckpointError(f"{path}: malformed metadata ({type(e).__name__}: {e})") from None
+    if not isinstance(state, OptState) or type(state.t) is not int or state.t < 0:
+        raise CheckpointError(f"{path}: the stored state is not an OptState with a step count t >= 0")
+    try:
+        _check_state(params, state, rule)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    return Checkpoint(params, state, rule, meta["extra"])
+
+
+def _check_state(params: Any, state: OptState, rule: Rule | None) -> None:
+    """Raise CheckpointError unless ``state.leaves`` fits ``params``: the same containers and, leaf by
+    leaf, the per-leaf state that ``rule`` would create (structure, array shapes and dtypes). Without a
+    rule, every state array must have its parameter's dtype and its shape, or be 0-d or empty."""
+    try:
+        xs, paths, _ = T.flatten(params)
+        subtrees = T.flatten_up_to(T.structure(params), state.leaves, name="state.leaves")
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+    if not all(isinstance(x, np.ndarray) and x.dtype.kind == "f" for x in xs):
+        raise CheckpointError("every params leaf must be a floating ndarray")
+    expected = None
+    if rule is not None:
+        try:   # the state the rule creates for arrays of these shapes (ones: no value-dependent refusal)
+            ones = T.unflatten(T.structure(params), [np.ones_like(x) for x in xs])
+            expected = T.flatten_up_to(T.structure(params), _init(rule, ones).leaves, name="state.leaves")
+        except (ValueError, TypeError) as e:
+            raise CheckpointError(f"the rule {type(rule).__name__} cannot take these params: {e}") from None
+        g0 = rule.init_global()
+        if T.structure(state.glob) != T.structure(g0) or \
+                any(type(a) is not type(b) for a, b in zip(T.leaves(state.glob), T.leaves(g0))):
+            raise CheckpointError(f"the global state {T.structure(state.glob)} is not of the kind "
+                                  f"{T.structure(g0)} that {type(rule).__name__} keeps")
+    for i, (x, s, p) in enumerate(zip(xs, subtrees, paths)):
+        got_leaves, _, got_def = T.flatten(s)
+        if expected is not None:
+            want_leaves, _, want_def = T.flatten(expected[i])
+            if got_def != want_def:
+                raise CheckpointError(f"the state of {p} does not match params and rule: it is {got_def}, "
+                                      f"{type(rule).__name__} makes {want_def}")
+            for a, b in zip(got_leaves, want_leaves):
+                if not isinstance(b, np.ndarray) and (type(a) is not type(b) or a != b):  # e.g. a Partition label
+                    raise CheckpointError(f"the state of {p} holds {a!r} where {type(rule).__name__} keeps {b!r}")
+                if isinstance(b, np.ndarray) and not (isinstance(a, np.ndarray) and a.shape == b.shape
+                                                      and a.dtype == b.dtype):
+                    what = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a).__name__
+                    raise CheckpointError(f"the state of {p} holds {what} where {type(rule).__name__} keeps "
+                                          f"{b.dtype}{list(b.shape)} for the parameter {x.dtype}{list(x.shape)}")
+        else:
+            for a in got_leaves:
+                if isinstance(a, np.ndarray) and not (a.dtype == x.dtype and (a.shape == x.shape or a.ndim == 0
+                                                                              or a.size == 0)):
+                    raise CheckpointError(f"the state of {p} holds an array {a.dtype}{list(a.shape)} that does "
+                                          f"not match the parameter {x.dtype}{list(x.shape)}")
+
+
+def _init(rule: Rule, params: Any) -> OptState:
+    from refopt.core import init
+    return init(rule, params)
 
 
 def _read_array(z: zipfile.ZipFile, rec: dict, path) -> np.ndarray:
+    """The array ``rec`` promises, read from its member: the npy header is checked against the metadata
+    (dtype, shape, C order) and the member's size against the header *before* the array is allocated, so
+    a forged header cannot make load allocate more than the metadata promises."""
     key = rec["key"]
+    dtype = np.dtype(rec["dtype"])
+    shape = tuple(rec["shape"])
+    nbytes = dtype.itemsize * math.prod(shape)
     try:
-        with z.open(key + ".npy") as m:           # streamed: no second copy of the bytes in memory
-            a = np.lib.format.read_array(m, allow_pickle=False)
-            m.read()                              # reach the end so that the zip CRC is checked
+        info = z.getinfo(key + ".npy")
     except KeyError:
         raise CheckpointError(f"{path}: the array {key} is missing") from None
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as e:
+    try:
+        with z.open(info) as m:
+            version = np.lib.format.read_magic(m)
+            if version == (1, 0):
+                h_shape, fortran, h_dtype = np.lib.format.read_array_header_1_0(m)
+            elif version == (2, 0):
+                h_shape, fortran, h_dtype = np.lib.format.read_array_header_2_0(m)
+            else:
+                raise ValueError(f"npy format version {version}")
+            if h_dtype != dtype or h_dtype.str != rec["dtype"] or tuple(h_shape) != shape or fortran:
+                raise CheckpointError(f"{path}: the array {key} is {h_dtype.str}{list(h_shape)}"
+                                      f"{' (Fortran order)' if fortran else ''}, the metadata says "
+                                      f"{rec['dtype']}{rec['shape']}")
+            if info.file_size - m.tell() != nbytes:
+                raise CheckpointError(f"{path}: the array {key} holds {info.file_size - m.tell()} bytes of data, "
+                                      f"its header promises {nbytes} (truncated or corrupted?)")
+            a = np.empty(shape, dtype)
+            if nbytes and m.readinto(memoryview(a.reshape(-1).view(np.uint8))) != nbytes:
+                raise EOFError("the member ends early")
+            m.read()                              # reach the end so that the zip CRC is checked
+    except CheckpointError:
+        raise
+    except _READ_ERRORS as e:
         raise CheckpointError(f"{path}: the array {key} is unreadable (truncated or corrupted?): {e}") from None
-    if a.dtype.str != rec["dtype"] or list(a.shape) != list(rec["shape"]):
-        raise CheckpointError(f"{path}: the array {key} is {a.dtype.str}{list(a.shape)}, the metadata says "
-                              f"{rec['dtype']}{rec['shape']}")
     if _sha256(a) != rec["sha256"]:
         raise CheckpointError(f"{path}: sha256 mismatch for {key} (the file is corrupted)")
-    return np.require(a, requirements=["C", "W"])
+    return a

@@ -125,6 +125,12 @@ def _decode_value(v: Any) -> Any:
             if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or \
                     (tag == "__rule__" and not issubclass(cls, Rule)):
                 raise CheckpointError(f"{'.'.join(v[tag])} is not a refopt {tag.strip('_')} class")
+            names = {f.name for f in dataclasses.fields(cls) if f.init}
+            if not isinstance(v.get("fields"), dict) or not set(v["fields"]) <= names:
+                raise CheckpointError(f"the stored {'.'.join(v[tag])} has fields the class lacks "
+                                      f"({sorted(set(v.get('fields') or ()) - names)}); saved by another refopt "
+                                      f"version?")
+            # a field the file lacks takes its default: files written before a field was added still load
             kwargs = {k: _decode_value(a) for k, a in v["fields"].items()}
             try:
                 return cls(**kwargs)

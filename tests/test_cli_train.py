@@ -26,7 +26,7 @@ def test_mlp_train_writes_files_and_learns(tmp_path, capsys):
     first = np.mean([float(r["loss"]) for r in rows[:5]])
     last = np.mean([float(r["loss"]) for r in rows[-5:]])
     assert last < 0.5 * first, (first, last)
-    assert float(rows[0]["lr"]) == 1e-2
+    assert float(rows[0]["lr[all]"]) == 1e-2
     assert rows[19]["val_acc"] != "" and rows[18]["val_acc"] == ""
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["rule"]["name"] == "Adam" and cfg["rule"]["lr"] == 1e-2
@@ -189,7 +189,7 @@ def test_checkpoint_bytes_are_reproducible(tmp_path):
 def test_schedule_free_warmup_is_logged_in_the_lr_column(tmp_path):
     assert main(["train", "--out", str(tmp_path), "--optimizer", "schedulefree-sgd", "--lr", "0.5",
                  "--warmup", "4", *TINY]) == 0
-    lrs = [float(r["lr"]) for r in _read_metrics(tmp_path / "metrics.csv")[:6]]
+    lrs = [float(r["lr[all]"]) for r in _read_metrics(tmp_path / "metrics.csv")[:6]]
     assert lrs == [0.125, 0.25, 0.375, 0.5, 0.5, 0.5]
     rule = json.loads((tmp_path / "config.json").read_text())["rule"]
     assert rule["warmup_steps"] == 4 and rule["schedule"] is None

@@ -1,7 +1,7 @@
 """The tape: traced array nodes, the iterative backward pass, and ``value_and_grad`` / ``grad``.
 
-Design (STYLE.md section 3.1, after HIPS/autograd's ``backward_pass`` and micrograd's closures)
-------------------------------------------------------------------------------------------------
+Design (after HIPS/autograd's ``backward_pass`` and micrograd's closures)
+------------------------------------------------------------------------
 * A :class:`Node` holds ``value`` (an ndarray), ``parents`` (the inputs of the primitive that made it:
   nodes or constants) and ``vjp``, a closure built at forward time that maps the output cotangent ``g``
   (same shape as ``value``) to a tuple of input cotangents, one per parent (``None`` for constants and
@@ -9,7 +9,7 @@ Design (STYLE.md section 3.1, after HIPS/autograd's ``backward_pass`` and microg
 * :func:`backward` walks the graph in reverse topological order found *iteratively* (no recursion, so a
   chain of any length works), seeds the output with 1, and sums the cotangents a node receives from its
   several consumers (fan-out) as ``acc = acc + g``: always a new array, never an in-place ``+=`` into an
-  array that another node may still hold (STYLE.md 3.3 item 6).
+  array that another node may still hold.
 * Nothing is stored on the parameters: ``grad(f)(params)`` traces a fresh graph every call and returns a
   fresh pytree of gradients, so repeated calls give identical results (PITFALLS.md B18).
 * Primitives (``ops.py``, ``nn.py``) return plain ndarrays when none of their inputs is a node, so model
@@ -27,14 +27,32 @@ from .. import tree as _tree
 class Node:
     """A traced ndarray: the output of a primitive, or a parameter leaf being differentiated.
 
-    Supports the arithmetic operators (``+ - * / @ **``, unary ``-``), indexing, ``.T``,
-    ``.reshape``, ``.transpose``, ``.sum``, ``.mean`` and the read-only attributes ``shape``, ``ndim``,
-    ``dtype``, ``size``. Constants (Python numbers, ndarrays) mix freely; a floating constant is cast to
+    Supports the arithmetic operators (``+ - * / @ **``, unary ``-``, ``abs``), comparisons ``< <= > >=``
+    (plain boolean arrays, not differentiable), indexing, ``.T``, ``.reshape``, ``.transpose``, ``.sum``,
+    ``.mean``, the read-only attributes ``shape``, ``ndim``, ``dtype``, ``size``, and the NumPy
+    functions that have a refopt primitive (``np.mean``, ``np.log1p``, ``np.where`` ...: see
+    :func:`refopt.autograd.ops.differentiable_names`); other NumPy functions raise TypeError. Constants (Python numbers, ndarrays) mix freely; a floating constant is cast to
     the node's dtype so that float32 stays float32.
     """
 
     __slots__ = ("value", "parents", "vjp", "__weakref__")
-    __array_ufunc__ = None  # make ndarray (op) Node defer to Node.__rop__ instead of building object arrays
+    __array_priority__ = 100.0
+
+    # ---- NumPy functions on traced values -------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """``np.log1p(x)``, ``np.maximum(x, 0)``, ``ndarray + x`` ... run the refopt primitive (traced);
+        comparisons (``np.greater``, ``x > 0``) give plain boolean arrays; anything else raises a
+        TypeError naming the missing primitive (never an object array or a silently dropped tape)."""
+        return _ops.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        """``np.mean(x)``, ``np.where(c, x, y)``, ``np.clip(x, lo, hi)`` ... run the refopt primitive;
+        other NumPy functions raise a TypeError listing the differentiable operations."""
+        return _ops.array_function(func, args, kwargs)
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("np.asarray / np.array on a traced Node would drop the gradient; use "
+                        "refopt.autograd.value(x) for the number, or a refopt.autograd primitive")
 
     def __init__(self, value: np.ndarray, parents: tuple = (), vjp: Callable | None = None):
         self.value = value
@@ -69,6 +87,12 @@ class Node:
     def __rmatmul__(self, o): return _ops.matmul(o, self)
     def __neg__(self): return _ops.neg(self)
     def __pow__(self, p): return _ops.power(self, p)
+    def __abs__(self): return _ops.abs(self)
+    # comparisons are not differentiable: plain boolean arrays of the values (for where / masks)
+    def __lt__(self, o): return self.value < value(o)
+    def __le__(self, o): return self.value <= value(o)
+    def __gt__(self, o): return self.value > value(o)
+    def __ge__(self, o): return self.value >= value(o)
     def __getitem__(self, idx): return _ops.getitem(self, idx)
 
     @property

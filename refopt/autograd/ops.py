@@ -1,4 +1,4 @@
-"""Primitives: forward and VJP side by side, one small function each (the table of STYLE.md section 3.2).
+"""Primitives: forward and VJP side by side, one small function each.
 
 Every primitive accepts nodes or constants. With no node among its inputs it returns the plain NumPy
 result, so the same model code runs untraced. ``g`` is the output cotangent; ``unbroadcast`` sums it back
@@ -6,7 +6,10 @@ to each operand's shape (PITFALLS.md B19). A floating constant mixed with a node
 dtype first (NumPy 2 / NEP 50 would otherwise promote float32 to float64 for ``np.float64`` scalars and
 float64 arrays).
 
-Conventions at non-differentiable points: ``relu'(0) = 0``.
+Conventions at non-differentiable points: ``relu'(0) = 0``; those of jax.grad for the rest (tested
+against it): ``|x|'(0) = 1``; ``maximum`` / ``minimum`` split the cotangent 1/2 : 1/2 between equal
+operands; ``clip`` passes 1/2 of it at a bound. ``where`` gives NaN when the branch not taken has a NaN
+derivative (``where(x > 0, sqrt(x), 0)`` at x <= 0), as jax.grad: guard the argument too (see where).
 """
 from __future__ import annotations
 
@@ -217,7 +220,7 @@ def getitem(a, idx):
     """a[idx] for basic (slices, ints, None, ...) or advanced (integer / boolean array) indices.
 
     VJP: zeros of a's shape with g scattered back; repeated indices accumulate (``np.add.at``
-    semantics, never ``z[idx] += g``, which drops duplicates; STYLE.md 3.3 item 7).
+    semantics, never ``z[idx] += g``, which drops duplicates).
     Raises: TypeError if ``idx`` contains a traced node.
     """
     parts = idx if isinstance(idx, tuple) else (idx,)
@@ -292,3 +295,172 @@ def gelu(a):
     dt = x.dtype.type
     cdf = 0.5 * _special.erfc(x * dt(-_SQRT_HALF))
     return Node(x * cdf, (a,), lambda g: (g * (cdf + x * (dt(_INV_SQRT_2PI) * np.exp(-0.5 * x * x))),))
+
+
+def abs(a):  # noqa: A001 (mirrors np.abs)
+    """|a|. VJP: g * sign(a), with |x|'(0) = 1 (jax.grad's convention: the right derivative)."""
+    return _unary(a, np.abs, lambda x, y: np.where(x < 0, -1, 1).astype(x.dtype))
+
+
+def log1p(a):
+    """log(1 + a), accurate for small a (np.log1p). VJP: g / (1 + a)."""
+    return _unary(a, np.log1p, lambda x, y: 1 / (1 + x))
+
+
+def expm1(a):
+    """exp(a) - 1, accurate for small a (np.expm1). VJP: g * exp(a) = g * (expm1(a) + 1)."""
+    return _unary(a, np.expm1, lambda x, y: y + 1)
+
+
+def square(a):
+    """a * a. VJP: g * 2a."""
+    return _unary(a, np.square, lambda x, y: 2 * x)
+
+
+def where(condition, a, b):
+    """np.where(condition, a, b): a where condition holds, b elsewhere (broadcasting).
+
+    ``condition`` is a constant boolean array (e.g. ``x > 0`` on a traced x, which gives a plain boolean
+    array: comparisons are not differentiable). VJP: (g where condition else 0, 0 where condition else
+    g), each unbroadcast.
+
+    NaN: the branch not taken still contributes ``0 * (its derivative)``. For ``where(x > 0, sqrt(x), 0)``
+    at x < 0 that derivative is NaN, and 0 * NaN = NaN: the gradient is NaN there, as with jax.grad and
+    torch (the chain rule evaluated in IEEE arithmetic; refopt does not zero it, which would also hide
+    NaNs that mean something). Guard the argument as well (the double-where idiom):
+    ``where(x > 0, sqrt(where(x > 0, x, 1)), 0)`` has the gradient 0 at x <= 0, no NaN.
+    Raises: TypeError if condition is a traced node.
+    """
+    if isinstance(condition, Node):
+        raise TypeError("where: the condition must be a constant boolean array (e.g. x > 0), not a traced node")
+    cond = np.asarray(condition, dtype=bool)
+    x, y, na, nb = _binary_values(a, b)
+    out = np.where(cond, x, y)
+    if not (na or nb):
+        return out
+
+    def vjp(g):
+        zero = g.dtype.type(0)
+        return (_fit(np.where(cond, g, zero), x) if na else None,
+                _fit(np.where(cond, zero, g), y) if nb else None)
+
+    return Node(out, (a, b), vjp)
+
+
+def _select(a, b, pick_a):
+    """maximum / minimum: VJP g to the operand picked, split 0.5 / 0.5 at ties (jax.grad's convention)."""
+    x, y, na, nb = _binary_values(a, b)
+    out = np.where(pick_a(x, y), x, y)
+    if not (na or nb):
+        return out
+    dt = out.dtype.type
+
+    def vjp(g):
+        w = np.where(x == y, dt(0.5), pick_a(x, y).astype(out.dtype))    # the share of a
+        return (_fit(g * w, x) if na else None, _fit(g * (1 - w), y) if nb else None)
+
+    return Node(out, (a, b), vjp)
+
+
+def maximum(a, b):
+    """Elementwise max(a, b) (broadcasting; NaN propagates as in np.maximum). VJP: g to the larger
+    operand; at a tie a == b each gets g/2 (as jax.grad; torch gives g/2 too)."""
+    if not (isinstance(a, Node) or isinstance(b, Node)):
+        return np.maximum(a, b)
+    return _select(a, b, lambda x, y: (x > y) | np.isnan(x))
+
+
+def minimum(a, b):
+    """Elementwise min(a, b). VJP: g to the smaller operand; at a tie each gets g/2 (as jax.grad)."""
+    if not (isinstance(a, Node) or isinstance(b, Node)):
+        return np.minimum(a, b)
+    return _select(a, b, lambda x, y: (x < y) | np.isnan(x))
+
+
+def clip(a, lo, hi):
+    """np.clip(a, lo, hi) = minimum(maximum(a, lo), hi) (lo, hi constants or nodes; None for no bound).
+    VJP: g inside (lo, hi), 0 outside, g/2 exactly at a bound (the max/min tie rule, as jax.grad of
+    jnp.clip). Raises ValueError if both bounds are None."""
+    if lo is None and hi is None:
+        raise ValueError("clip: give lo or hi (or both)")
+    out = a if lo is None else maximum(a, lo)
+    return out if hi is None else minimum(out, hi)
+
+
+# ---- NumPy functions on traced values (Node.__array_ufunc__ / __array_function__) -----------------
+#: NumPy ufuncs that act on traced nodes through a refopt primitive (np.add(x, 1), np.log1p(x) ...)
+UFUNCS = {
+    np.add: add, np.subtract: sub, np.multiply: mul, np.true_divide: div, np.negative: neg,
+    np.power: power, np.matmul: matmul, np.exp: exp, np.log: log, np.sqrt: sqrt, np.tanh: tanh,
+    np.absolute: abs, np.log1p: log1p, np.expm1: expm1, np.square: square, np.maximum: maximum,
+    np.minimum: minimum, np.positive: lambda a: a,
+}
+#: ufuncs whose result is not differentiable (comparisons, tests): computed on the values, a plain array
+CONSTANT_UFUNCS = {np.greater, np.greater_equal, np.less, np.less_equal, np.equal, np.not_equal,
+                   np.isfinite, np.isnan, np.isinf, np.sign, np.signbit, np.logical_and, np.logical_or,
+                   np.logical_not}
+
+
+def _kw(name, kwargs, allowed):
+    bad = sorted(set(kwargs) - set(allowed))
+    if bad:
+        raise TypeError(f"numpy.{name} on a traced value: the keyword(s) {bad} are not supported "
+                        f"(refopt.autograd supports {sorted(allowed) or 'none'})")
+    return kwargs
+
+
+#: NumPy functions that act on traced nodes: name -> (refopt implementation, keywords it takes)
+FUNCTIONS = {
+    np.sum: (lambda a, axis=None, keepdims=False: sum(a, axis, keepdims), ("axis", "keepdims")),
+    np.mean: (lambda a, axis=None, keepdims=False: mean(a, axis, keepdims), ("axis", "keepdims")),
+    np.where: (lambda c, a, b: where(c, a, b), ()),
+    np.clip: (lambda a, a_min=None, a_max=None, min=None, max=None:  # noqa: A002 (NumPy 2.1's names)
+              clip(a, a_min if a_min is not None else min, a_max if a_max is not None else max),
+              ("a_min", "a_max", "min", "max")),
+    np.reshape: (lambda a, shape=None, newshape=None: reshape(a, shape if shape is not None else newshape),
+                 ("shape", "newshape")),
+    np.transpose: (lambda a, axes=None: transpose(a, axes), ("axes",)),
+    np.matmul: (lambda a, b: matmul(a, b), ()),
+    np.dot: (lambda a, b: matmul(a, b) if np.ndim(value_of(a)) <= 2 and np.ndim(value_of(b)) <= 2 else
+             _missing("dot of arrays with more than 2 axes (use np.matmul / @)"), ()),
+    np.shape: (lambda a: value_of(a).shape, ()),
+    np.ndim: (lambda a: value_of(a).ndim, ()),
+    np.size: (lambda a, axis=None: np.size(value_of(a), axis), ("axis",)),
+}
+def value_of(x):
+    return x.value if isinstance(x, Node) else x
+
+
+def _missing(what):
+    raise TypeError(f"{what} is not a differentiable refopt.autograd operation. Differentiable: "
+                    f"{', '.join(differentiable_names())}")
+
+
+def differentiable_names() -> list[str]:
+    """The NumPy names refopt.autograd differentiates (as ufuncs or functions on traced values)."""
+    return sorted({f"np.{u.__name__}" for u in UFUNCS} | {f"np.{f.__name__}" for f in FUNCTIONS
+                                                          if f not in (np.shape, np.ndim, np.size)})
+
+
+def array_ufunc(ufunc, method, inputs, kwargs):
+    """Node.__array_ufunc__: ``ufunc(*inputs)`` through the refopt primitive, or a TypeError naming
+    what is missing (a ufunc method such as ``np.add.reduce``, ``out=``, or an unsupported ufunc)."""
+    if method != "__call__":
+        raise TypeError(f"numpy.{ufunc.__name__}.{method} on a traced value is not supported; use "
+                        f"refopt.autograd.sum / mean for reductions")
+    if ufunc in CONSTANT_UFUNCS:
+        if "out" in kwargs:
+            raise TypeError(f"numpy.{ufunc.__name__} on a traced value: out= is not supported")
+        return ufunc(*(value_of(x) for x in inputs), **kwargs)
+    if ufunc not in UFUNCS:
+        _missing(f"numpy.{ufunc.__name__}")
+    _kw(ufunc.__name__, kwargs, ())
+    return UFUNCS[ufunc](*inputs)
+
+
+def array_function(func, args, kwargs):
+    """Node.__array_function__: the refopt version of ``func``, or a TypeError naming what is missing."""
+    if func not in FUNCTIONS:
+        _missing(f"numpy.{func.__name__}")
+    impl, allowed = FUNCTIONS[func]
+    return impl(*args, **_kw(func.__name__, kwargs, allowed))

@@ -33,11 +33,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--optimizers: unknown {unknown or 'empty list'}; choose from {', '.join(optimizers.OPTIMIZERS)}")
     if len(set(names)) != len(names):
         raise ValueError(f"--optimizers lists a name twice: {names}")
+    train.check_options(args, names)       # an option none of the chosen optimizers uses is an error
     out = output.prepare_out(args.out)
     runs, summary = {}, []
     for name in names:
         a = copy.copy(args)
         a.optimizer = name
+        if name in optimizers.SCHEDULE_FREE:
+            a.schedule = None                  # Schedule-Free rules take only --warmup
         result = train.train_one(a, progress_desc=name)
         runs[name] = result
         rows = result["rows"]
@@ -46,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
                         "train_loss_last10pct": float(np.mean([r["loss"] for r in tail])),
                         **result["final"], "seconds": result["seconds"],
                         "ms_per_step": 1000 * result["seconds"] / len(rows)})
-        output.write_csv(os.path.join(out, f"metrics_{name}.csv"), rows,
-                         ["step", "loss", "lr"] + train.periodic_keys(rows))
+        output.write_csv(os.path.join(out, f"metrics_{name}.csv"), rows, train.metric_columns(rows))
     cols = list(summary[0])
     output.write_csv(os.path.join(out, "summary.csv"), summary, cols)
     _plot(os.path.join(out, "compare.png"), runs, args)
@@ -66,29 +68,46 @@ def _smooth(y, k):
 
 
 def _plot(path, runs, args):
+    fig = compare_figure(runs, args)
+    fig.savefig(path, metadata={"Software": None}, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def compare_figure(runs, args):
+    """The figure of compare.png: loss against step and against wall time (each curve from the end of
+    its own first step, so that start-up and JIT compilation do not shift it), on log axes with labelled
+    ticks; one legend below the panels, outside the data."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=110)
+    split = "test" if args.model == "mlp" else "validation"
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5), dpi=110)
+    ys = []
     for i, (name, res) in enumerate(runs.items()):
         rows = res["rows"]
         color = f"C{i}"
         steps = np.array([r["step"] for r in rows])
         secs = np.array([r["_seconds"] for r in rows])
+        secs = secs - secs[0]
         train_loss = _smooth([r["loss"] for r in rows], max(1, len(rows) // 50))
         ev = [r for r in rows if "val_loss" in r]
-        for ax, x, xe in ((axes[0], steps, [r["step"] for r in ev]), (axes[1], secs, [r["_seconds"] for r in ev])):
+        ys += list(train_loss) + [r["val_loss"] for r in ev]
+        ev_secs = [r["_seconds"] - rows[0]["_seconds"] for r in ev]
+        for ax, x, xe in ((axes[0], steps, [r["step"] for r in ev]), (axes[1], secs, ev_secs)):
             ax.plot(x, train_loss, color=color, alpha=0.45, lw=1, label=f"{name} train (smoothed)")
-            ax.plot(xe, [r["val_loss"] for r in ev], color=color, lw=1.8, marker="o", ms=2.5, label=f"{name} validation")
-    for ax, xl in zip(axes, ("step", "wall time (s)")):
+            ax.plot(xe, [r["val_loss"] for r in ev], color=color, lw=1.8, marker="o", ms=2.5,
+                    label=f"{name} {split}")
+    for ax, xl in zip(axes, ("step", "wall time since the end of step 1 (s)")):
         ax.set_xlabel(xl)
         ax.set_ylabel("cross-entropy (nats)")
-        ax.set_yscale("log")
+        output.log_axis(ax, min(ys), max(ys))
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    handles, labels = axes[0].get_legend_handles_labels()
     fig.suptitle(f"{args.model}: same init, same data order (seed {args.seed})")
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    return fig

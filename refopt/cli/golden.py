@@ -22,7 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub.required = True
     e = sub.add_parser("export", help="write golden files into DIR")
     e.add_argument("dir")
-    e.add_argument("--cases", nargs="+", default=None, help="catalog case names (default all)")
+    from refopt.golden import catalog
+
+    e.add_argument("--cases", nargs="+", default=None, metavar="CASE",
+                   help="catalog case names (default all): " + " ".join(c.name for c in catalog()))
     e.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
     e.add_argument("--steps", type=int, default=50)
     e.add_argument("--dtype", default="float64", choices=["float64", "float32"])

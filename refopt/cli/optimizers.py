@@ -96,6 +96,57 @@ OPTIMIZERS = {
 SCHEDULE_FREE = ("schedulefree-sgd", "schedulefree-adamw")
 
 
+def _partitioned(name, a):
+    return OPTIMIZERS[name].partitioned
+
+
+def _covariant_over(base):
+    return lambda name, a: name == "covariant" and a.covariant_base == base
+
+
+def _any(*preds):
+    return lambda name, a: any(p(name, a) for p in preds)
+
+
+def _named(*names):
+    return lambda name, a: name in names
+
+
+#: which optimizers use an option: ``dest -> predicate(name, args)``; options not listed (--lr,
+#: --weight-decay, --warmup) apply to every optimizer. An option given on the command line that no
+#: chosen optimizer uses is an error (:func:`check_options`), never silently recorded in config.json.
+USED_BY = {
+    "momentum": _any(_named("sgd"), _covariant_over("sgd")),
+    "nesterov": _any(_named("sgd"), _covariant_over("sgd")),
+    "beta1": _any(_named("adam", "adamw", "average", "ema"), _partitioned),
+    "beta2": _any(_named("adam", "adamw", "average", "ema", "schedulefree-adamw"), _partitioned),
+    "eps": _any(_named("adam", "adamw", "average", "ema", "schedulefree-adamw"), _partitioned),
+    "wd_mode": _any(_named("adamw", "average", "ema"), _partitioned),
+    "adam_lr": _partitioned,
+    "muon_momentum": _any(_named("muon", "muonh"), _covariant_over("muon")),
+    "muon_scale": _any(_named("muon", "muonh"), _covariant_over("muon")),
+    "ns_coeffs": _any(_named("muon", "muonh"), _covariant_over("muon")),
+    "ns_steps": _any(_named("muon", "muonh"), _covariant_over("muon")),
+    "covariant_base": _named("covariant"),
+    "sf_beta": _named(*SCHEDULE_FREE),
+    "ema_decay": _named("ema"),
+    "schedule": lambda name, a: name not in SCHEDULE_FREE,
+    "decay_fraction": lambda name, a: name not in SCHEDULE_FREE and a.schedule == "wsd",
+}
+
+
+def check_options(args: argparse.Namespace, names: list[str]) -> None:
+    """Raise ValueError (one line) for an option written on the command line that none of the optimizers
+    ``names`` uses (e.g. ``--optimizer adamw --muon-scale spectral``)."""
+    for dest in sorted(getattr(args, "explicit_options", ())):
+        used = USED_BY.get(dest)
+        if used is not None and not any(used(n, args) for n in names):
+            users = [n for n in OPTIMIZERS if used(n, args)]
+            which = f"--optimizer {names[0]}" if len(names) == 1 else f"any of --optimizers {','.join(names)}"
+            raise ValueError(f"--{dest.replace('_', '-')} does not apply to {which} (it is used by "
+                             f"{', '.join(users) if users else 'no optimizer with these settings'})")
+
+
 def add_arguments(p: argparse.ArgumentParser, with_name: bool = True) -> None:
     g = p.add_argument_group("optimizer")
     if with_name:
@@ -107,28 +158,39 @@ def add_arguments(p: argparse.ArgumentParser, with_name: bool = True) -> None:
                         "default per optimizer and model")
     g.add_argument("--adam-lr", type=float, default=3e-3, help="AdamW lr on the non-hidden arrays of "
                                                              "muon/muonh/adamh/covariant")
-    g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum mu")
-    g.add_argument("--nesterov", action="store_true", help="SGD Nesterov momentum")
-    g.add_argument("--beta1", type=float, default=0.9)
-    g.add_argument("--beta2", type=float, default=0.999)
-    g.add_argument("--eps", type=float, default=1e-8)
+    g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum mu (sgd; covariant over sgd)")
+    g.add_argument("--nesterov", action="store_true", help="SGD Nesterov momentum (sgd; covariant over sgd)")
+    g.add_argument("--beta1", type=float, default=0.9,
+                   help="Adam first-moment decay beta1 (adam, adamw, average, ema, and the AdamW part of "
+                        "muon/muonh/adamh/covariant; schedule-free rules take --sf-beta)")
+    g.add_argument("--beta2", type=float, default=0.999,
+                   help="Adam second-moment decay beta2 (Adam-type rules and parts, schedulefree-adamw)")
+    g.add_argument("--eps", type=float, default=1e-8,
+                   help="Adam denominator epsilon, added to sqrt(v_hat) (Adam-type rules and parts, "
+                        "schedulefree-adamw)")
     g.add_argument("--weight-decay", type=float, default=None,
                    help="lambda (default 0; AdamW 0.01; 0 on the AdamW part of partitioned rules)")
-    g.add_argument("--wd-mode", default="decoupled", choices=["decoupled", "independent"])
-    g.add_argument("--muon-momentum", type=float, default=0.95)
-    g.add_argument("--muon-scale", default="spectral", choices=["spectral", "jordan", "rms_match", "none"])
-    g.add_argument("--ns-coeffs", default="jordan", choices=["jordan", "polar_express", "you", "classic"])
-    g.add_argument("--ns-steps", type=int, default=5)
-    g.add_argument("--covariant-base", default="adam", choices=["adam", "muon", "sgd"])
+    g.add_argument("--wd-mode", default="decoupled", choices=["decoupled", "independent"],
+                   help="weight decay of AdamW and Muon: decoupled (x *= 1 - lr_t*lambda) or independent of "
+                        "the lr (x *= 1 - gamma_t*lambda)")
+    g.add_argument("--muon-momentum", type=float, default=0.95, help="Muon momentum mu (muon, muonh)")
+    g.add_argument("--muon-scale", default="spectral", choices=["spectral", "jordan", "rms_match", "none"],
+                   help="Muon's scale of the orthogonalized update (refopt.Muon's scale)")
+    g.add_argument("--ns-coeffs", default="jordan", choices=["jordan", "polar_express", "you", "classic"],
+                   help="Newton-Schulz coefficients of Muon's orthogonalization")
+    g.add_argument("--ns-steps", type=int, default=5, help="Newton-Schulz iterations of Muon")
+    g.add_argument("--covariant-base", default="adam", choices=["adam", "muon", "sgd"],
+                   help="the direction rule inside covariant")
     g.add_argument("--sf-beta", type=float, default=0.9, help="Schedule-Free interpolation beta (beta1)")
-    g.add_argument("--ema-decay", type=float, default=0.99)
+    g.add_argument("--ema-decay", type=float, default=0.99, help="decay of the iterate EMA (ema)")
     g.add_argument("--schedule", default=None, choices=["constant", "cosine", "wsd"],
                    help="lr multiplier: constant; linear --warmup then cosine to 0; or warmup-stable-decay "
                         "with the last --decay-fraction linear to 0 (default: cosine for the GPT, constant "
                         "for the MLP; Schedule-Free rules take only --warmup)")
     g.add_argument("--warmup", type=int, default=None, help="warmup steps (default: mlp 0, gpt 30 but at most "
                                                             "a tenth of the steps)")
-    g.add_argument("--decay-fraction", type=float, default=0.2, help="WSD: fraction of steps in the decay")
+    g.add_argument("--decay-fraction", type=float, default=0.2,
+                   help="fraction of the steps in the linear decay of --schedule wsd")
 
 
 def build_schedule(args, steps: int):

@@ -92,3 +92,43 @@ def plot_curves(path: str, curves: dict[str, tuple[list, list]], xlabel: str, yl
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
+
+
+#: mantissas of the tick values in each decade, from coarse to fine
+_MANTISSAS = ([1], [1, 3], [1, 2, 5], [1, 2, 3, 5, 7], [1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9],
+              [1, 1.2, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 6, 7, 8, 9],
+              [k / 10 for k in range(10, 100)], [k / 100 for k in range(100, 1000)])
+
+
+def log_ticks(lo: float, hi: float, n: int = 4) -> list[float]:
+    """Round tick values for a log axis over [lo, hi]: the coarsest of 1, 1-3, 1-2-5, ... per decade
+    down to three significant digits that puts at least ``n`` ticks in the range (thinned to at most
+    10), so that the axis is labelled even when the data span less than a decade."""
+    if not (0 < lo <= hi) or not (np.isfinite(lo) and np.isfinite(hi)):
+        return []
+    if hi / lo < 1.05:
+        lo, hi = lo / 1.03, hi * 1.03
+    e0, e1 = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    ticks: list[float] = []
+    for mantissas in _MANTISSAS:
+        ticks = [float(f"{m * 10.0 ** e:.4g}") for e in range(e0, e1 + 1) for m in mantissas]
+        ticks = sorted({t for t in ticks if lo <= t <= hi})
+        if len(ticks) >= n:
+            break
+    step = -(-len(ticks) // 10)
+    return ticks[::step]
+
+
+def log_axis(ax, lo: float, hi: float) -> None:
+    """A log y axis over [lo, hi] labelled at :func:`log_ticks` (plain numbers, no 10^k notation)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    ax.set_yscale("log")
+    ticks = log_ticks(lo, hi)
+    if ticks:
+        ax.yaxis.set_major_locator(FixedLocator(ticks))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        pad = max((hi / lo) ** 0.04, 1.03)
+        ax.set_ylim(min(lo, ticks[0]) / pad, max(hi, ticks[-1]) * pad)

@@ -1,7 +1,7 @@
 """What ``refopt train`` can train: a task = model + data + batching + evaluation.
 
-``MLPTask``: the MLP of ``models.mlp`` on scikit-learn's 8x8 digits. ``GPTTask``: the GPT of
-``models.gpt`` on a character-level corpus (default: CPython's ``pydoc_data.topics``).
+``MLPTask``: the MLP of ``refopt.models.mlp`` on scikit-learn's 8x8 digits. ``GPTTask``: the GPT of
+``refopt.models.gpt`` on a character-level corpus (default: CPython's ``pydoc_data.topics``).
 
 Batches are a pure function of ``(seed, step)``, so a run resumed from a checkpoint at step k sees the
 same data as the uninterrupted run.
@@ -19,10 +19,11 @@ class MLPTask:
     """
 
     name = "mlp"
+    eval_split = "test"      # the digits have no validation split: the periodic val_* metrics use the test set
 
     def __init__(self, args, dtype):
-        from models import mlp
-        from models.data import load_digits
+        from refopt.models import mlp
+        from refopt.models.data import load_digits
 
         self.mlp = mlp
         self.data = load_digits(dtype=dtype)
@@ -41,8 +42,8 @@ class MLPTask:
                 "data_sha256": d.sha256, "n_train": len(d.y_train), "n_test": len(d.y_test)}
 
     def labels(self, params):
-        """Which arrays are the 'hidden' matrices for Muon-like rules: every weight matrix but the head
-        (the input layer counts as hidden here, so the default one-hidden-layer MLP has one)."""
+        """Which arrays are the 'hidden' matrices for Muon-like rules: :func:`refopt.mlp_labels`, exactly
+        as the API labels the MLP (the same labels for the same model, from Python or the command line)."""
         return self.mlp.labels(params)
 
     def init_params(self, seed: int):
@@ -91,13 +92,14 @@ class GPTTask:
     """
 
     name = "gpt"
+    eval_split = "validation"
     EVAL_SEED = 12345
     #: the final metrics are the periodic ones (train.final_metrics reuses the last row's, if logged)
     final_is_periodic = ("val_loss",)
 
     def __init__(self, args, dtype):
-        from models import gpt
-        from models.data import CharVocab, get_batch, load_text, split_ids
+        from refopt.models import gpt
+        from refopt.models.data import CharVocab, get_batch, load_text, split_ids
 
         self.gpt, self.get_batch = gpt, get_batch
         self.corpus = load_text(args.data)

@@ -1,6 +1,6 @@
 """Train a reference model with a refopt rule; write metrics.csv, config.json, loss.png, checkpoint.npz.
 
-Default: the GPT of ``models.gpt`` (4 layers, 128 wide, 4 heads, block 64, batch 32, float32) on the
+Default: the GPT of ``refopt.models.gpt`` (4 layers, 128 wide, 4 heads, block 64, batch 32, float32) on the
 English text CPython ships (``pydoc_data.topics``), with Muon on the hidden matrices and AdamW on the
 embeddings and gains, a 30-step warmup and cosine decay. ``--model mlp`` trains the MLP on
 scikit-learn's 8x8 digits. The same seed gives the same files (wall-clock times are printed, never
@@ -31,30 +31,49 @@ DEFAULTS = {  # per-model defaults of the options left at None
 }
 #: settings a resumed run may change; all others come from the checkpointed run's config.json
 RESUMABLE = ("out", "no_progress", "stop_after", "checkpoint_interval")
+#: attributes of the parsed arguments that are not settings of the run (not written to config.json)
+NOT_SETTINGS = ("schedule_fn", "resume", "explicit_options", "debug")
+#: options that only one model uses
+MODEL_OPTIONS = {"mlp": ("hidden",),
+                 "gpt": ("data", "n_layer", "n_embd", "n_head", "block_size", "ffn", "qk_norm", "untie_head",
+                         "init", "eval_batches", "sample_chars")}
+
+
+def check_options(args, names: list[str]) -> None:
+    """Raise ValueError (one line) for an option written on the command line that does not apply to
+    ``args.model`` or to any of the optimizers ``names``."""
+    for model, dests in MODEL_OPTIONS.items():
+        for dest in dests:
+            if model != args.model and dest in getattr(args, "explicit_options", ()):
+                raise ValueError(f"--{dest.replace('_', '-')} applies to --model {model}, not --model {args.model}")
+    optimizers.check_options(args, names)
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="gpt", choices=sorted(TASKS), help="what to train")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: gpt 400, mlp 600; overrides --epochs)")
     p.add_argument("--epochs", type=float, default=None, help="passes over the training set (instead of --steps)")
-    p.add_argument("--batch-size", type=int, default=None, help="default: gpt 32, mlp 64")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="examples (MLP) or sequences (GPT) per step (default: gpt 32, mlp 64)")
     p.add_argument("--seed", type=int, default=0, help="seeds the init and the data order")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
+                   help="floating type of the parameters, the data and the optimizer state")
     p.add_argument("--out", default="runs/train", help="output directory (created if missing)")
-    p.add_argument("--eval-interval", type=int, default=50, help="steps between validation evaluations")
+    p.add_argument("--eval-interval", type=int, default=50,
+                   help="steps between evaluations on the validation split (the test split for the MLP)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     m = p.add_argument_group("mlp")
     m.add_argument("--hidden", type=int, nargs="+", default=[128], help="MLP hidden widths")
     g = p.add_argument_group("gpt")
     g.add_argument("--data", default=None, help="a UTF-8 text file (default: CPython's pydoc_data.topics)")
-    g.add_argument("--n-layer", type=int, default=4)
-    g.add_argument("--n-embd", type=int, default=128)
-    g.add_argument("--n-head", type=int, default=4)
-    g.add_argument("--block-size", type=int, default=64)
-    g.add_argument("--ffn", default="swiglu", choices=["swiglu", "reglu", "gelu"])
+    g.add_argument("--n-layer", type=int, default=4, help="transformer blocks")
+    g.add_argument("--n-embd", type=int, default=128, help="embedding width")
+    g.add_argument("--n-head", type=int, default=4, help="attention heads (must divide --n-embd)")
+    g.add_argument("--block-size", type=int, default=64, help="context length in characters")
+    g.add_argument("--ffn", default="swiglu", choices=["swiglu", "reglu", "gelu"], help="feed-forward block")
     g.add_argument("--qk-norm", action="store_true", help="RMSNorm on q and k per head")
     g.add_argument("--untie-head", action="store_true", help="a separate lm_head instead of wte^T")
-    g.add_argument("--init", default="normal", choices=["normal", "mup"], help="init scheme (see models.gpt.init)")
+    g.add_argument("--init", default="normal", choices=["normal", "mup"], help="init scheme (see refopt.models.gpt.init)")
     g.add_argument("--eval-batches", type=int, default=8, help="validation batches per evaluation")
     g.add_argument("--sample-chars", type=int, default=300, help="characters generated at the end")
 
@@ -65,7 +84,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the run saved in DIR (its checkpoint.npz and config.json)")
     p.add_argument("--stop-after", type=int, default=None, metavar="N",
                    help="stop after N steps of this invocation (the checkpoint lets --resume continue)")
-    p.add_argument("--checkpoint-interval", type=int, default=0, help="also checkpoint every N steps (0: end only)")
+    p.add_argument("--checkpoint-interval", type=int, default=0, metavar="N",
+                   help="also checkpoint every N steps (0: at the end only)")
     optimizers.add_arguments(p)
 
 
@@ -102,6 +122,7 @@ def _total_steps(args, task) -> int:
 def prepare(args):
     """(task, rule, lr, steps) for fully resolved ``args``."""
     _resolve(args)
+    check_options(args, [args.optimizer])
     task = TASKS[args.model](args, DTYPES[args.dtype])
     steps = _total_steps(args, task)
     if args.warmup is None:  # the model's default, at most a tenth of the run
@@ -143,8 +164,7 @@ def fit(task, rule, steps: int, seed: int, lr: float, schedule, eval_interval: i
             raise ValueError(f"the training loss became {loss} at step {step}; lower --lr")
         info: dict = {}
         params, state = refopt.update_(rule, state, params, grads, info=info)
-        row = {"step": step, "loss": loss, "lr": _main_lr(info["lr"])}
-        row.update({f"lr[{g}]": v for g, v in info["lr"].items()})
+        row = {"step": step, "loss": loss, **group_lrs(info["lr"])}
         if step % eval_interval == 0 or step == steps:
             row.update(task.periodic_eval(refopt.eval_params(rule, state, params)))
         row["_seconds"] = time.perf_counter() - t0
@@ -157,11 +177,6 @@ def fit(task, rule, steps: int, seed: int, lr: float, schedule, eval_interval: i
     if bar is not None:
         bar.close()
     return params, state, rows
-
-
-def _main_lr(lrs: dict) -> float:
-    """The lr of the ``lr`` column: the 'hidden' group's of a Partition, else the rule's own."""
-    return lrs["hidden"] if "hidden" in lrs else next(iter(lrs.values()), float("nan"))
 
 
 def train_one(args, progress_desc: str = "train") -> dict:
@@ -187,29 +202,81 @@ def final_metrics(task, rows, params) -> dict:
 
 
 def _settings(args) -> dict:
-    return {k: v for k, v in sorted(vars(args).items()) if k not in ("schedule_fn", "resume")}
+    return {k: v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
 
 
 def _load_resume(args):
-    """Settings of the run in ``args.resume`` (with the RESUMABLE overrides), its checkpoint and rows."""
+    """Settings of the run in ``args.resume`` (with the RESUMABLE overrides), its checkpoint and rows.
+
+    Raises ValueError (one line) for anything wrong in the directory: a missing or malformed
+    config.json (not JSON, no settings, a setting missing, unknown or of the wrong type), a checkpoint
+    that cannot be loaded, a malformed metrics.csv, or options given that the resumed run cannot change.
+    """
     d = args.resume
+    given = sorted(set(getattr(args, "explicit_options", ())) - set(RESUMABLE) - {"resume"})
+    if given:
+        raise ValueError(f"--resume takes the run's settings from {d}/config.json; only "
+                         f"{', '.join('--' + k.replace('_', '-') for k in RESUMABLE)} may be given with it, "
+                         f"not {', '.join('--' + k.replace('_', '-') for k in given)}")
     cfg_path, ckpt_path, metrics_path = (os.path.join(d, f) for f in ("config.json", "checkpoint.npz", "metrics.csv"))
     for p in (cfg_path, ckpt_path, metrics_path):
         if not os.path.isfile(p):
             raise ValueError(f"--resume {d}: missing {os.path.basename(p)} (not a refopt train output directory?)")
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    new = argparse.Namespace(**cfg["settings"])
-    out_given = args.out != "runs/train"
+    try:
+        with open(cfg_path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"--resume {d}: config.json is not valid JSON ({e})") from None
+    settings = cfg.get("settings") if isinstance(cfg, dict) else None
+    if not isinstance(settings, dict):
+        raise ValueError(f"--resume {d}: config.json has no 'settings' object (not written by refopt train?)")
+    new = argparse.Namespace(**_check_settings(settings, d))
+    out_given = "out" in getattr(args, "explicit_options", ()) or args.out != "runs/train"
     for k in RESUMABLE:
         setattr(new, k, getattr(args, k))
     if not out_given:
         new.out = d
+    new.explicit_options = set()
     ckpt = refopt.load(ckpt_path)
-    with open(metrics_path, newline="") as f:
-        rows = [{k: _parse(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
-    rows = [r for r in rows if r["step"] <= ckpt.state.t]
+    try:
+        with open(metrics_path, newline="", encoding="utf-8") as f:
+            rows = [{k: _parse(v) for k, v in r.items() if v != ""} for r in csv.DictReader(f)]
+        rows = [r for r in rows if r["step"] <= ckpt.state.t]
+    except (UnicodeDecodeError, KeyError, TypeError, ValueError, csv.Error) as e:
+        raise ValueError(f"--resume {d}: metrics.csv is malformed ({type(e).__name__}: {e})") from None
     return new, ckpt, rows
+
+
+def _check_settings(settings: dict, d: str) -> dict:
+    """``settings`` of a config.json, checked against the options of ``refopt train``: every setting
+    present (but the RESUMABLE ones), none unknown, each of its option's type and among its choices."""
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    actions = {a.dest: a for a in p._actions if a.dest not in ("help", *NOT_SETTINGS)}
+    missing = sorted(set(actions) - set(settings) - set(RESUMABLE))
+    unknown = sorted(set(settings) - set(actions) - {"command"})
+    if missing or unknown:
+        raise ValueError(f"--resume {d}: config.json " + "; ".join(
+            x for x in (f"lacks the settings {missing}" if missing else "",
+                        f"has unknown settings {unknown}" if unknown else "") if x) +
+            " (written by another refopt version, or edited?)")
+    if settings.get("command", "train") != "train":
+        raise ValueError(f"--resume {d}: config.json is of a refopt {settings['command']!r} run, not train")
+    for dest, v in settings.items():
+        if dest == "command":
+            continue
+        a = actions[dest]
+        if isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            ok = type(v) is bool
+        else:
+            kind = {int: (int,), float: (int, float)}.get(a.type, (str,))
+            values = v if a.nargs == "+" and isinstance(v, list) and v else [v]
+            ok = (v is None and dest not in ("model", "seed", "dtype")) or (
+                (a.nargs != "+" or isinstance(v, list)) and
+                all(type(x) in kind and (a.choices is None or x in a.choices) for x in values))
+        if not ok:
+            raise ValueError(f"--resume {d}: config.json has an invalid value {v!r} for {dest}")
+    return settings
 
 
 def _parse(v: str):
@@ -249,12 +316,13 @@ def run(args: argparse.Namespace) -> int:
     final_params = refopt.eval_params(rule, state, params)
     final = final_metrics(task, rows, final_params)
     extra = task.finish(final_params, out, args.seed) if done else {}
-    output.write_csv(os.path.join(out, "metrics.csv"), rows, ["step", "loss", "lr"] + periodic_keys(rows))
+    output.write_csv(os.path.join(out, "metrics.csv"), rows, metric_columns(rows))
     config = {"command": "train", "settings": _settings(args), "steps": steps, "steps_done": state.t,
               "rule": describe_rule(rule), "task": task.describe(), "final": final,
               "versions": output.package_versions()}
     output.write_json(os.path.join(out, "config.json"), config)
-    _plot(os.path.join(out, "loss.png"), rows, f"{args.model} / {args.optimizer} (seed {args.seed})")
+    _plot(os.path.join(out, "loss.png"), rows, f"{args.model}: {rule_title(rule)} (seed {args.seed})",
+          task.eval_split)
 
     print(" ".join(f"{k}={v:.4f}" for k, v in final.items()))
     for k, v in extra.items():
@@ -265,13 +333,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def group_lrs(lrs: dict) -> dict[str, float]:
+    """``{"lr[GROUP]": lr_t}`` from what ``refopt.update_`` reports in ``info["lr"]``: the learning rate each
+    parameter group's rule applied at the step, GROUP the label of a :class:`refopt.Partition` (``all``
+    for another rule; a wrapper without its own lr, Average or EMA, reports its base rule's)."""
+    return {f"lr[{k}]": v for k, v in lrs.items()}
+
+
+def metric_columns(rows) -> list[str]:
+    """The metrics.csv columns of ``rows``: step, loss, the lr of every group, then the periodic metrics."""
+    keys = [k for r in rows for k in r if not k.startswith("_")]
+    keys = list(dict.fromkeys(keys))
+    lrs = [k for k in keys if k.startswith("lr[")]
+    return ["step", "loss"] + lrs + [k for k in keys if k not in ("step", "loss") and k not in lrs]
+
+
 def periodic_keys(rows) -> list[str]:
-    keys: list[str] = []
-    for r in rows:
-        for k in r:
-            if k not in ("step", "loss", "lr") and not k.startswith("_") and k not in keys:
-                keys.append(k)
-    return keys
+    return [k for k in metric_columns(rows) if k not in ("step", "loss") and not k.startswith("lr[")]
+
+
+def rule_title(rule) -> str:
+    """A short name of ``rule`` for plot titles: ``Muon on hidden, AdamW on other`` for a Partition,
+    ``EMA(AdamW)`` for a wrapper."""
+    if isinstance(rule, refopt.Partition):
+        return ", ".join(f"{rule_title(r)} on {k}" for k, r in rule.rules.items())
+    base = getattr(rule, "base", None)
+    return f"{type(rule).__name__}({rule_title(base)})" if base is not None else type(rule).__name__
 
 
 def describe_rule(rule) -> dict:
@@ -289,10 +376,46 @@ def _progress(total: int, disabled: bool, desc: str = "train"):
     return tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=0.5)
 
 
-def _plot(path, rows, title):
+def _plot(path, rows, title, eval_split="validation"):
+    fig = loss_figure(rows, title, eval_split)
+    fig.savefig(path, metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def loss_figure(rows, title: str, eval_split: str = "validation"):
+    """The figure of loss.png: the loss against step on a log axis with labelled ticks (top; the
+    legend gives the final values) and the lr of every parameter group (bottom)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax_lr) = plt.subplots(2, 1, figsize=(7, 6), dpi=110, sharex=True,
+                                    gridspec_kw={"height_ratios": [3, 1]})
     steps = [r["step"] for r in rows]
-    curves = {"train loss (batch)": (steps, [r["loss"] for r in rows])}
+    losses = [r["loss"] for r in rows]
+    ax.plot(steps, losses, lw=1.2, marker="o" if len(steps) < 30 else None, ms=3,
+            label=f"train loss (batch), last {losses[-1]:.4g}")
     ev = [r for r in rows if "val_loss" in r]
+    ys = list(losses)
     if ev:
-        curves["validation loss"] = ([r["step"] for r in ev], [r["val_loss"] for r in ev])
-    output.plot_curves(path, curves, "step", "cross-entropy (nats)", title, logy=True)
+        ve = [r["val_loss"] for r in ev]
+        ys += ve
+        ax.plot([r["step"] for r in ev], ve, lw=1.6, marker="o", ms=3, label=f"{eval_split} loss, last {ve[-1]:.4g}")
+    output.log_axis(ax, min(ys), max(ys))
+    ax.set_ylabel("cross-entropy (nats)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    for k in [k for k in metric_columns(rows) if k.startswith("lr[")]:
+        ax_lr.plot(steps, [r.get(k, float("nan")) for r in rows], lw=1.2, label=k)
+    ax_lr.set_ylim(bottom=0.0)
+    ax_lr.margins(y=0.15)
+    ax_lr.set_xlabel("step")
+    ax_lr.set_ylabel("learning rate")
+    ax_lr.grid(alpha=0.3)
+    ax_lr.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -24,9 +24,9 @@ Tolerances (:class:`Tol`, see docs/crosscheck.md for the derivations):
 * ``MUON_OPTAX`` -- float64 1e-10: Newton-Schulz in float64 on both sides, but BLAS (refopt) and XLA
   (optax) sum the matmuls in a different order and the quintic amplifies rounding (slope a = 3.4 at 0).
   float32: 2e-4.
-* ``MUON_TORCH_BF16`` -- torch.optim.Muon casts the Newton-Schulz input to bfloat16 (unit roundoff
-  u = 2^-9 = 2e-3) whatever the param dtype, so its orthogonalised update carries ~1e-2 relative error
-  per step. The params are therefore gated on the **per-step update**: max over steps of
+* ``MUON_TORCH_BF16`` -- torch.optim.Muon casts the Newton-Schulz input to bfloat16 (8 significant
+  bits: unit roundoff u = 2^-8 = 3.9e-3) whatever the param dtype, so its orthogonalised update carries
+  ~1e-2 relative error per step. The params are therefore gated on the **per-step update**: max over steps of
   ||Delta_peer - Delta_refopt||_F / ||Delta_refopt||_F <= 0.06 on the full-rank random problems
   (stream, quadratic; measured <= 0.043), where Delta = x_t - x_{t-1}. On the real gradients of the MLP
   and the GPT the momentum is ill-conditioned and Jordan's quintic multiplies small singular values by up
