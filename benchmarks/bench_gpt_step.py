@@ -1,6 +1,6 @@
 """Time one GPT training step (forward, backward, AdamW update) in refopt against PyTorch CPU eager.
 
-Both models are ``models.gpt.GPTConfig`` (default: 4 layers, n_embd 128, 4 heads, block 64, SwiGLU,
+Both models are ``refopt.models.gpt.GPTConfig`` (default: 4 layers, n_embd 128, 4 heads, block 64, SwiGLU,
 tied head, RMSNorm with gains; ``--n-embd``, ``--n-layer`` change it) in float32, with the *same* initial
 weights (refopt's ``gpt.init`` copied into torch), so the first losses must agree (checked). refopt's step
 is ``value_and_grad(gpt.loss)`` (the fused path; params checked once, as ``refopt train`` does) followed
@@ -42,7 +42,7 @@ def main():
     import torch.nn.functional as F
 
     import refopt
-    from models import gpt
+    from refopt.models import gpt
     from refopt.autograd import value_and_grad
 
     torch.set_num_threads(a.threads)

@@ -10,8 +10,8 @@ import time
 import numpy as np
 
 import refopt
-from models import gpt
-from models.data import CharVocab, get_batch, load_text, split_ids
+from refopt.models import gpt
+from refopt.models.data import CharVocab, get_batch, load_text, split_ids
 from refopt.autograd import value_and_grad
 
 

@@ -23,15 +23,15 @@ __version__ = "0.1.0"
 
 def gpt_labels(path, x):
     """The parameter group ('hidden' / 'other') of one array of the reference GPT: an alias of
-    ``models.gpt.param_label`` (see there), usable as ``Partition(labels=refopt.gpt_labels)``;
-    ``models.gpt.labels(params)`` gives the same as a labels tree."""
-    from models.gpt import param_label
+    ``refopt.models.gpt.param_label`` (see there), usable as ``Partition(labels=refopt.gpt_labels)``;
+    ``refopt.models.gpt.labels(params)`` gives the same as a labels tree."""
+    from refopt.models.gpt import param_label
     return param_label(path, x)
 
 
 def mlp_labels(params, first: str = "hidden", last: str = "other"):
-    """The labels tree of the reference MLP: an alias of ``models.mlp.labels`` (see there)."""
-    from models.mlp import labels
+    """The labels tree of the reference MLP: an alias of ``refopt.models.mlp.labels`` (see there)."""
+    from refopt.models.mlp import labels
     return labels(params, first, last)
 
 

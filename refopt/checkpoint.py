@@ -398,7 +398,7 @@ def load(path: str | os.PathLike, rule: Rule | None = None,
         params = _decode_tree(meta["params"], arrays, types_)
         state = _decode_tree(meta["state"], arrays, types_)
         if rule is None and meta["rule"] is not None:
-            rule = rule_from_json(meta["rule"])
+            rule = rule_from_json(meta["rule"], strict=True)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
     except _META_ERRORS as e:

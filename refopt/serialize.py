@@ -103,15 +103,15 @@ def _encode_value(v: Any, where: str) -> Any:
         f"labels function) cannot be: save with rule=None and pass the rule to load(path, rule=...)")
 
 
-def _decode_value(v: Any) -> Any:
+def _decode_value(v: Any, strict: bool = False) -> Any:
     if isinstance(v, list):
-        return [_decode_value(a) for a in v]
+        return [_decode_value(a, strict) for a in v]
     if not isinstance(v, dict):
         return v
     if "__tuple__" in v:
-        return tuple(_decode_value(a) for a in v["__tuple__"])
+        return tuple(_decode_value(a, strict) for a in v["__tuple__"])
     if "__dict__" in v:
-        return {k: _decode_value(a) for k, a in v["__dict__"]}
+        return {k: _decode_value(a, strict) for k, a in v["__dict__"]}
     if "__npscalar__" in v:
         return np.dtype(v["__npscalar__"]).type(v["value"])
     if "__function__" in v:
@@ -130,8 +130,11 @@ def _decode_value(v: Any) -> Any:
                 raise CheckpointError(f"the stored {'.'.join(v[tag])} has fields the class lacks "
                                       f"({sorted(set(v.get('fields') or ()) - names)}); saved by another refopt "
                                       f"version?")
-            # a field the file lacks takes its default: files written before a field was added still load
-            kwargs = {k: _decode_value(a) for k, a in v["fields"].items()}
+            if strict and set(v["fields"]) != names:   # a missing field would silently take its default
+                raise CheckpointError(f"the stored {'.'.join(v[tag])} lacks the fields "
+                                      f"{sorted(names - set(v['fields']))}; saved by another refopt version?")
+            # otherwise a field the file lacks takes its default (golden files written before it was added)
+            kwargs = {k: _decode_value(a, strict) for k, a in v["fields"].items()}
             try:
                 return cls(**kwargs)
             except (TypeError, ValueError) as e:
@@ -147,9 +150,11 @@ def rule_to_json(rule: Rule) -> Any:
     return _encode_value(rule, type(rule).__name__)
 
 
-def rule_from_json(desc: Any) -> Rule:
-    """Inverse of :func:`rule_to_json` (imports classes from the refopt package only)."""
-    rule = _decode_value(desc)
+def rule_from_json(desc: Any, strict: bool = False) -> Rule:
+    """Inverse of :func:`rule_to_json` (imports classes from the refopt package only). ``strict=True``
+    (checkpoints) also refuses a description that lacks a field; otherwise missing fields take their
+    defaults (golden files written before a field was added). Raises CheckpointError."""
+    rule = _decode_value(desc, strict)
     if not isinstance(rule, Rule):
         raise CheckpointError("the stored rule is not a refopt rule")
     return rule

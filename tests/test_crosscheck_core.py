@@ -99,7 +99,7 @@ def test_mlp_problem_gives_real_gradients():
     assert np.any(np.all(w0 == 0, axis=1)) and np.abs(w0).max() > 0
     # softmax cross-entropy: the last bias gradient is mean(softmax - onehot), which sums to 0
     assert abs(g["layers[1].b"].sum()) < 1e-15
-    from models import mlp
+    from refopt.models import mlp
     assert np.array_equal(mlp.init(0, [64, 16, 10])["layers"][0]["w"], p.leaves[1])
     m = make_problem("mlp", np.float64, seed=0, matrix_only=True)
     assert m.paths == ["layers[0].w", "layers[1].w"]

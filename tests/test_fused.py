@@ -11,7 +11,7 @@ import pytest
 
 import refopt
 import refopt.autograd as ag
-from models import gpt
+from refopt.models import gpt
 from refopt.autograd import _kernels, check_grads, value_and_grad
 
 TOL = {np.float64: 1e-12, np.float32: 1e-5}

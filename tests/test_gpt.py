@@ -1,4 +1,4 @@
-"""models.gpt: whole-model gradients vs finite differences on every leaf, causality, stability,
+"""refopt.models.gpt: whole-model gradients vs finite differences on every leaf, causality, stability,
 PITFALLS.md B25 (tied embedding), init, generation, config validation."""
 import itertools
 
@@ -7,7 +7,7 @@ import pytest
 
 import refopt
 import refopt.autograd as ag
-from models import gpt
+from refopt.models import gpt
 from refopt.autograd import check_grads_per_leaf, value_and_grad
 
 
@@ -203,7 +203,7 @@ def test_errors():
 def test_tiny_gpt_learns_real_text():
     """60 AdamW steps of a 1-layer GPT on the default corpus: the validation loss falls from ln V
     to well below the unigram entropy of the text."""
-    from models.data import CharVocab, get_batch, load_text, split_ids
+    from refopt.models.data import CharVocab, get_batch, load_text, split_ids
     text = load_text().text
     vocab = CharVocab(text)
     train, val = split_ids(vocab.encode(text))

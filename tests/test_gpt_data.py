@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from models.data import CharVocab, default_text, get_batch, load_text, split_ids
+from refopt.models.data import CharVocab, default_text, get_batch, load_text, split_ids
 
 
 def test_default_corpus_provenance():

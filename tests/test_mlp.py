@@ -1,8 +1,8 @@
-"""models.mlp: init statistics, plain vs traced evaluation, whole-model gradient vs finite differences."""
+"""refopt.models.mlp: init statistics, plain vs traced evaluation, whole-model gradient vs finite differences."""
 import numpy as np
 import pytest
 
-from models import mlp
+from refopt.models import mlp
 from refopt.autograd import check_grads, check_grads_per_leaf, value_and_grad
 
 
@@ -56,7 +56,7 @@ def test_errors():
 
 def test_learns_digits_few_steps():
     """A few full-batch gradient steps on real digits must lower the loss (plain SGD written here)."""
-    from models.data import load_digits
+    from refopt.models.data import load_digits
     d = load_digits(np.float64)
     params = mlp.init(0, [64, 32, 10])
     vg = value_and_grad(mlp.loss)

@@ -212,7 +212,7 @@ def test_foreign_state_rejected():
 # ---- default labellings ------------------------------------------------------------------------
 
 def _gpt_params(**kw):
-    gpt = pytest.importorskip("models.gpt")
+    gpt = pytest.importorskip("refopt.models.gpt")
     cfg = gpt.GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8, **kw)
     return gpt.init(cfg, seed=0)
 
@@ -261,7 +261,7 @@ def test_gpt_partition_with_muon_steps_hidden_only():
 
 
 def test_mlp_labels_first_and_last_to_adamw():
-    mlp = pytest.importorskip("models.mlp")
+    mlp = pytest.importorskip("refopt.models.mlp")
     params = mlp.init(0, [6, 5, 4, 4, 3])
     # the default labels the input layer 'hidden', as `refopt train --model mlp` does (issue: API and CLI agree)
     assert [lay["w"] for lay in mlp_labels(params)["layers"]] == ["hidden", "hidden", "hidden", "other"]

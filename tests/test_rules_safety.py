@@ -259,14 +259,14 @@ def test_partition_warns_when_a_rule_gets_no_parameter():
 
 
 def test_mlp_labels_passed_uncalled_says_what_to_do():
-    pytest.importorskip("models.mlp")
+    pytest.importorskip("refopt.models.mlp")
     rule = refopt.Partition(rules={"hidden": refopt.Muon(), "other": refopt.AdamW()}, labels=refopt.mlp_labels)
     with pytest.raises(TypeError, match=r"labels=refopt.mlp_labels\(params\)"):
         refopt.init(rule, {"w": np.ones((3, 3))})
 
 
 def test_the_readme_mlp_gives_muon_a_matrix_in_the_api_as_in_the_cli():
-    from models import mlp
+    from refopt.models import mlp
     params = mlp.init(0, [64, 128, 10])
     labels = refopt.mlp_labels(params)
     assert [layer["w"] for layer in labels["layers"]] == ["hidden", "other"]

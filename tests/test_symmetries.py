@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import refopt
-from models import gpt
-from models import symmetries as sy
+from refopt.models import gpt
+from refopt.models import symmetries as sy
 from refopt.autograd import value_and_grad
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import refopt
-from models import mlp
-from models.data import load_digits
+from refopt.models import mlp
+from refopt.models.data import load_digits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

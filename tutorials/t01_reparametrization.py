@@ -37,8 +37,8 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
-from models import mlp
-from models.data import load_digits
+from refopt.models import mlp
+from refopt.models.data import load_digits
 
 SCALED = "layers[0].w"  # the leaf that is reparametrized (the first layer's weight)
 CS = (1.0, 10.0, 0.1)

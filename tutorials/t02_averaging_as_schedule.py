@@ -35,8 +35,8 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
-from models import mlp
-from models.data import load_digits
+from refopt.models import mlp
+from refopt.models.data import load_digits
 
 
 def _batches(n_train: int, batch_size: int, steps: int, seed: int):

@@ -9,9 +9,9 @@ leaves only (for Muon); the other leaves of the model stay frozen at their initi
   placement shows -- PITFALLS B02; for Muon below torch's 1e-7 norm clamp). Shapes w (6, 12), v (12, 6)
   (both orientations, so a transposed layout or a flipped shape scale shows), b (12,), tiny (4, 5).
 * ``quadratic``: f(x) = 1/2 sum h (x - c)^2 with h log-uniform in [0.1, 10]: g = h (x - c).
-* ``mlp``: ``models.mlp`` 64-16-10 (relu) on batches of 32 of scikit-learn's digits; real gradients by
+* ``mlp``: ``refopt.models.mlp`` 64-16-10 (relu) on batches of 32 of scikit-learn's digits; real gradients by
   ``refopt.value_and_grad`` (batches drawn from ``default_rng(seed)``).
-* ``gpt``: ``models.gpt`` with V=16, T=8, one layer, two heads, C=16 (gelu FFN, tied head) on random
+* ``gpt``: ``refopt.models.gpt`` with V=16, T=8, one layer, two heads, C=16 (gelu FFN, tied head) on random
   token batches (2, 8) from ``default_rng(seed)``.
 
 Real gradients depend on the params. The cross-check is **open loop**: the gradients are computed along
@@ -99,8 +99,8 @@ def _model_problem(loss, params, batch, matrix_only):
 
 
 def _mlp(dtype, seed, matrix_only):
-    from models import mlp
-    from models.data import load_digits
+    from refopt.models import mlp
+    from refopt.models.data import load_digits
 
     data = load_digits(dtype=dtype)
     params = mlp.init(seed, [64, 16, 10], dtype=dtype)
@@ -114,11 +114,11 @@ def _mlp(dtype, seed, matrix_only):
         return data.x_train[i], data.y_train[i]
 
     paths, leaves, grad = _model_problem(mlp.loss, params, batch, matrix_only)
-    return paths, leaves, grad, "models.mlp 64-16-10 relu, digits batches of 32"
+    return paths, leaves, grad, "refopt.models.mlp 64-16-10 relu, digits batches of 32"
 
 
 def _gpt(dtype, seed, matrix_only):
-    from models import gpt
+    from refopt.models import gpt
 
     cfg = gpt.GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16, ffn="gelu")
     params = gpt.init(cfg, seed, dtype=dtype)
@@ -132,7 +132,7 @@ def _gpt(dtype, seed, matrix_only):
         return b[:, :-1], b[:, 1:], cfg
 
     paths, leaves, grad = _model_problem(gpt.loss, params, batch, matrix_only)
-    return paths, leaves, grad, "models.gpt V=16 T=8 L=1 H=2 C=16 gelu, random tokens (2, 8)"
+    return paths, leaves, grad, "refopt.models.gpt V=16 T=8 L=1 H=2 C=16 gelu, random tokens (2, 8)"
 
 
 _MAKERS = {"stream": _stream, "quadratic": _quadratic, "mlp": _mlp, "gpt": _gpt}

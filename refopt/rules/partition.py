@@ -6,7 +6,7 @@ modded-nanogpt; Moonlight). :class:`Partition` expresses this as one rule: each 
 *label*, each label a rule, in the manner of optax's ``partition`` (``multi_transform``) combinator.
 
 Labellings: the reference models give theirs as data, a tree of label strings shaped like the params
-(``models.gpt.labels(params)``, ``models.mlp.labels(params)``; ``refopt.gpt_labels`` and ``refopt.mlp_labels``
+(``refopt.models.gpt.labels(params)``, ``refopt.models.mlp.labels(params)``; ``refopt.gpt_labels`` and ``refopt.mlp_labels``
 are aliases), which checkpoints store; :func:`matrix_labels` (every 2-D array) is optax.contrib.muon's
 default (CONVENTIONS.md 2.4).
 """
@@ -59,7 +59,7 @@ class Partition(Rule):
         :func:`refopt.init` warns (:class:`RefoptWarning`) since it is usually a labelling mistake.
       labels: either a function ``(path, array) -> label`` (path as :mod:`refopt.tree` writes it, e.g.
         ``blocks[0].attn.w_q``; see :func:`matrix_labels`), or a tree of label strings with the same
-        structure as params (e.g. ``models.gpt.labels(params)``); a labels tree is matched to params by
+        structure as params (e.g. ``refopt.models.gpt.labels(params)``); a labels tree is matched to params by
         leaf path.
 
     State: per leaf :class:`PartitionLeaf` ``(label, inner)``; global ``{label: sub-rule global}``.
@@ -205,11 +205,11 @@ class Partition(Rule):
             self.rules[label].after_init([leaves[i].inner for i in idx], [paths[i] for i in idx])
 
 
-# --- a generic labelling (the reference models' own are in models/: models.gpt.labels, models.mlp.labels) ---
+# --- a generic labelling (the reference models give their own: refopt.models.gpt.labels, refopt.models.mlp.labels) ---
 
 def matrix_labels(path: str, x: np.ndarray) -> str:
     """``'hidden'`` for every 2-D array, ``'other'`` for the rest: the default split of
     ``optax.contrib.muon`` (CONVENTIONS.md 2.4). Note that it also sends 2-D embeddings and heads to the
-    'hidden' rule, which practitioners avoid (use the models' own labellings, ``models.gpt.labels`` /
-    ``models.mlp.labels``, for that)."""
+    'hidden' rule, which practitioners avoid (use the models' own labellings, ``refopt.models.gpt.labels`` /
+    ``refopt.models.mlp.labels``, for that)."""
     return HIDDEN if x.ndim == 2 else OTHER
