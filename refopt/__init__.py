@@ -15,6 +15,7 @@ from refopt.autograd import check_grads, check_grads_per_leaf, grad, value_and_g
 from refopt.checkpoint import Checkpoint, CheckpointError, load, save
 from refopt.core import OptState, Rule, direction, eval_params, init, update, update_
 from refopt.linalg import msign
+from refopt.rules.lr_table import LRTable  # noqa: F401  (seed 002: a recorded lr per array and step)
 from refopt.rules import (EMA, SGD, Adam, AdamW, Average, Covariant, Hyperball, Muon, Partition,
                           ScheduleFreeAdamW, ScheduleFreeSGD, gpt_labels, matrix_labels, mlp_labels)
 

@@ -3,6 +3,7 @@ from refopt.rules.adam import Adam, AdamState, AdamW
 from refopt.rules.averaging import EMA, Average
 from refopt.rules.covariant import Covariant
 from refopt.rules.hyperball import Hyperball
+from refopt.rules.lr_table import LRTable  # noqa: F401  (a wrapper with a per-array lr table)
 from refopt.rules.muon import Muon
 from refopt.rules.partition import Partition, gpt_labels, matrix_labels, mlp_labels
 from refopt.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD

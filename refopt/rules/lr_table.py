@@ -1,0 +1,94 @@
+"""LRTable: a base rule's direction with a recorded learning rate per array and per step."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple
+
+from refopt.core import Rule
+from refopt.rules.hyperball import check_direction_base, base_direction, sub_scaled
+from refopt.rules import _checks
+
+
+class LRTableState(NamedTuple):
+    """Per-array LRTable state: only the base rule's per-array state."""
+
+    base: Any
+
+
+@dataclass(frozen=True)
+class LRTable(Rule):
+    r"""Give each array its own learning rate at every step, read from a recorded table (seed 002's
+    experiment "weight decay only sets the learning rate": replay MuonWD's eta_t/||W_t||_F with Muon
+    without decay).
+
+    At step t (t = 1 first), for an array at path p with u_t the base rule's direction::
+
+        x_t = x_{t-1} - lrs[p][t-1] * u_t          if p is in lrs
+        x_t = base step                            otherwise (the base rule's own lr and schedule)
+
+    Args:
+      base: a refopt rule with a direction (Muon, SGD, Adam, ...; see
+        :func:`~refopt.rules.hyperball.check_direction_base`: no schedule, no decoupled decay).
+      lrs: ``{path: (lr_1, lr_2, ..., lr_T)}``, paths as :mod:`refopt.tree` writes them
+        (``layers[1].w``); every lr finite and >= 0. Stored in the rule (a dict of tuples of Python
+        floats), so it is saved by :func:`refopt.save` and restored exactly by :func:`refopt.load`.
+
+    Shapes/dtypes: what the base accepts; lr is cast to x's dtype.
+    Raises: ValueError at construction for a bad base, an empty table, a non-string path, an empty row or
+      a negative / non-finite lr (naming the path); at :func:`refopt.init` for a table path params lacks;
+      during a step, ValueError naming the path when the table has no entry for step t.
+    """
+
+    base: Rule = None
+    lrs: Mapping[str, tuple] = None
+
+    def __post_init__(self):
+        check_direction_base("LRTable", self.base)
+        if not isinstance(self.lrs, Mapping) or not self.lrs:
+            raise ValueError(f"lrs must be a non-empty dict {{path: (lr_1, ..., lr_T)}}, got {self.lrs!r}")
+        table = {}
+        for p, row in self.lrs.items():
+            if not isinstance(p, str) or not p:
+                raise ValueError(f"lrs: paths must be non-empty strings, got {p!r}")
+            try:
+                row = tuple(_checks.finite_number(f"lrs[{p!r}][{i}]", v) for i, v in enumerate(row))
+            except TypeError:
+                raise ValueError(f"lrs[{p!r}] must be a sequence of learning rates, got {row!r}") from None
+            if not row or min(row) < 0:
+                raise ValueError(f"lrs[{p!r}] must be a non-empty sequence of learning rates >= 0")
+            table[p] = row
+        object.__setattr__(self, "lrs", table)
+
+    def check_params(self, paths):
+        extra = sorted(set(self.lrs) - set(paths))
+        if extra:
+            raise ValueError(f"LRTable: the table has rows for {extra[0]}, which params lacks")
+        self.base.check_params(paths)
+
+    def init_leaf(self, x, path):
+        return LRTableState(self.base.init_leaf(x, path))
+
+    def init_global(self):
+        return self.base.init_global()
+
+    def context(self, t, glob):
+        ctx, glob = self.base.context(t, glob)
+        return (t, ctx), glob
+
+    def update_leaf(self, ctx, s, x, g, path):
+        t, base_ctx = ctx
+        row = self.lrs.get(path)
+        if row is None:
+            x, sb = self.base.update_leaf(base_ctx, s.base, x, g, path)
+            return x, LRTableState(sb)
+        if t > len(row):
+            raise ValueError(f"LRTable: the table for {path} has {len(row)} steps, step {t} was asked for")
+        u, sb = base_direction(self.base, base_ctx, s.base, x, g, path)
+        sub_scaled(x.reshape(-1), u.reshape(-1), _checks.cast(x.dtype, f"lrs[{path!r}][{t - 1}]", row[t - 1]))
+        return x, LRTableState(sb)
+
+    def lr_at(self, path: str, t: int) -> float:
+        """The learning rate of step t (1-based) for ``path`` (math.nan when the table has no row)."""
+        row = self.lrs.get(path)
+        return row[t - 1] if row is not None and 1 <= t <= len(row) else math.nan
