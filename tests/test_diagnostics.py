@@ -209,3 +209,18 @@ def test_lr_table_rejects_a_path_params_lack_and_a_decaying_base():
         refopt.init(refopt.LRTable(refopt.Muon(), {"w9": (0.1,)}), _muon_params())
     with pytest.raises(ValueError, match="weight_decay"):
         refopt.LRTable(refopt.Muon(weight_decay=0.1), {"w1": (0.1,)})
+
+
+def test_lr_table_relative_mode_replays_eta_eff():
+    """relative=True: the step's lr is lrs[p][t-1] * ||W_{t-1}||_F, so eta/||W|| of the step is the table's
+    value (seed 002's eta_eff); checked against Muon with that lr computed by hand."""
+    params = _muon_params()
+    rule = refopt.LRTable(refopt.Muon(lr=0.0), {"w1": (0.01, 0.02)}, relative=True)
+    state = refopt.init(rule, params)
+    g = {k: RNG.standard_normal(v.shape) for k, v in params.items()}
+    new, _ = refopt.update(rule, state, params, g)
+    lr = 0.01 * np.linalg.norm(params["w1"])
+    m = refopt.Muon(lr=lr)
+    ref, _ = refopt.update(m, refopt.init(m, params["w1"]), params["w1"], g["w1"])
+    np.testing.assert_allclose(new["w1"], ref, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(new["w2"], params["w2"])                # lr 0 outside the table

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
 from refopt.core import Rule
-from refopt.rules.hyperball import check_direction_base, base_direction, sub_scaled
+from refopt.rules.hyperball import base_direction, check_direction_base, fro_norm, sub_scaled
 from refopt.rules import _checks
 
 
@@ -24,8 +24,11 @@ class LRTable(Rule):
 
     At step t (t = 1 first), for an array at path p with u_t the base rule's direction::
 
-        x_t = x_{t-1} - lrs[p][t-1] * u_t          if p is in lrs
-        x_t = base step                            otherwise (the base rule's own lr and schedule)
+        x_t = x_{t-1} - lr_t[p] * u_t              if p is in lrs
+        x_t = base step                            otherwise (the base rule's own lr)
+
+    with lr_t[p] = lrs[p][t-1], or lr_t[p] = lrs[p][t-1] * ||x_{t-1}||_F when ``relative`` (the table then
+    holds seed 002's eta_eff = lr/||W||_F, replayed on this run's own weight norm).
 
     Args:
       base: a refopt rule with a direction (Muon, SGD, Adam, ...; see
@@ -33,6 +36,7 @@ class LRTable(Rule):
       lrs: ``{path: (lr_1, lr_2, ..., lr_T)}``, paths as :mod:`refopt.tree` writes them
         (``layers[1].w``); every lr finite and >= 0. Stored in the rule (a dict of tuples of Python
         floats), so it is saved by :func:`refopt.save` and restored exactly by :func:`refopt.load`.
+      relative: False (the table holds learning rates) or True (rates per unit of ||x_{t-1}||_F).
 
     Shapes/dtypes: what the base accepts; lr is cast to x's dtype.
     Raises: ValueError at construction for a bad base, an empty table, a non-string path, an empty row or
@@ -42,9 +46,11 @@ class LRTable(Rule):
 
     base: Rule = None
     lrs: Mapping[str, tuple] = None
+    relative: bool = False
 
     def __post_init__(self):
         check_direction_base("LRTable", self.base)
+        _checks.boolean("relative", self.relative)
         if not isinstance(self.lrs, Mapping) or not self.lrs:
             raise ValueError(f"lrs must be a non-empty dict {{path: (lr_1, ..., lr_T)}}, got {self.lrs!r}")
         table = {}
@@ -84,8 +90,9 @@ class LRTable(Rule):
             return x, LRTableState(sb)
         if t > len(row):
             raise ValueError(f"LRTable: the table for {path} has {len(row)} steps, step {t} was asked for")
+        lr = row[t - 1] * fro_norm(x) if self.relative else row[t - 1]
         u, sb = base_direction(self.base, base_ctx, s.base, x, g, path)
-        sub_scaled(x.reshape(-1), u.reshape(-1), _checks.cast(x.dtype, f"lrs[{path!r}][{t - 1}]", row[t - 1]))
+        sub_scaled(x.reshape(-1), u.reshape(-1), _checks.cast(x.dtype, f"lrs[{path!r}][{t - 1}]", lr))
         return x, LRTableState(sb)
 
     def lr_at(self, path: str, t: int) -> float:
