@@ -143,3 +143,98 @@ def test_t02_main_writes_png(t02, tmp_path):
     out = tmp_path / "tut2"
     t02.main(["--out", str(out), "--steps", "6", "--hidden", "8", "--eval-every", "2"])
     assert (out / "t02_averaging_as_schedule.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t03 (seed 000): joint symmetries and the gradient identity -------------------------------------------
+
+@pytest.fixture(scope="module")
+def t03_run():
+    t03 = load_tutorial("t03_joint_symmetries")
+    tr = t03.identity_along_training(steps=4, every=2, lr=1e-2)
+    inv = t03.invariances(tr["params"], tr["config"], *tr["batch"], c=2.5)
+    return t03, tr, inv
+
+
+def test_t03_joint_symmetries_keep_the_loss_single_weights_do_not(t03_run):
+    _, _, inv = t03_run
+    assert len(inv["joint"]) == 8                                       # reglu, untied: every symmetry of the list
+    assert max(inv["joint"].values()) < 1e-13 and max(inv["per_channel"].values()) < 1e-13
+    assert inv["embedding"]["untied, eps=0"] < 1e-13
+    assert 1e-9 < inv["embedding"]["untied, eps=1e-6"] < 1e-4           # eps breaks it, slightly
+    assert inv["embedding"]["tied head, eps=0"] > 1e-4                  # the tied head scales the logits
+    assert min(inv["single"].values()) > 1e3 * max(inv["joint"].values(), default=0) + 1e-7  # one weight alone
+
+
+def test_t03_gradient_identity_holds_along_training_but_per_weight_terms_do_not_vanish(t03_run):
+    _, tr, _ = t03_run
+    assert tr["step"] == [0, 2, 4]
+    assert tr["max_residual"] < 1e-12
+    assert max(tr["median_cosine"].values()) > 1e-2                     # <w, g> != 0 for single weights
+
+
+def test_t03_main_writes_png(t03_run, tmp_path):
+    t03, _, _ = t03_run
+    r = t03.main(["--out", str(tmp_path), "--steps", "2", "-f", "kernel.json"])   # unknown args ignored
+    assert (tmp_path / "t03_joint_symmetries.png").read_bytes()[:8] == PNG_MAGIC
+    assert r["training"]["max_residual"] < 1e-12
+
+
+# ---- t04 (seed 000): AdamW's ELR, measured ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t04():
+    return load_tutorial("t04_adamw_elr")
+
+
+def test_t04_update_rms_and_the_plateau_of_the_weight_norm(t04):
+    """u_rms = sqrt((1-b1)/(1+b1)); constant lr: ||w||^2 -> eta/(2 lambda), not the seed's eta/(3 lambda);
+    at lambda eta t = 0.5 the e^{-2 lambda eta t} model fits, the seed's e^{-lambda eta t} / 3 does not."""
+    r = t04.run(steps=1500, lr=2e-3, wd=1.0, init_rms=0.005, d=4000)
+    assert r["u_rms_measured"] == pytest.approx(r["u_rms_theory"], rel=0.02)
+    assert r["plateau"] == pytest.approx(0.5, rel=0.06)
+    assert abs(r["plateau"] - 1 / 3) > 0.1
+    assert r["w2_mid"] == pytest.approx(r["w2_mid_corrected"], rel=0.06)
+    assert abs(r["w2_mid"] - r["w2_mid_seed"]) > 0.1
+    # linear decay: the recursion follows the measured curve once Adam's first, larger (bias-corrected) steps
+    # are forgotten; the peak is well below the constant-lr plateau
+    np.testing.assert_allclose(r["lin"]["w2"][300:], r["rec_lin"][300:], rtol=0.08)
+    assert 0.2 < r["peak_linear"] < 0.45
+    assert t04.recursion(np.full(3, 0.5), 1.0, 1.0)[-1] == pytest.approx((0.25 + 0.25) * 0.25 + 0.25)
+
+
+def test_t04_main_writes_png(t04, tmp_path):
+    t04.main(["--out", str(tmp_path), "--steps", "50", "--dim", "100"])
+    assert (tmp_path / "t04_adamw_elr.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t05 (seed 002): weight decay only sets the learning rate ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t05_run(digits):
+    t05 = load_tutorial("t05_weight_decay_sets_lr")
+    return t05, t05.run(steps=60, hidden=32, eval_every=10, data=digits)
+
+
+def test_t05_matching_eta_eff_follows_muonwd_unmatched_does_not(t05_run):
+    _, r = t05_run
+    assert r["gap_matched"] < 0.3 * r["gap_nowd"]
+    assert r["gap_muonh_aligned"] < 0.3 * r["gap_nowd"]
+    assert r["gap_wd_aligned"] < 0.3 * r["gap_wd_vs_muonh"]
+
+
+def test_t05_alignment_by_angle(t05_run):
+    """MuonH with lr tan(theta_t) turns by MuonWD's angles; MuonWD aligned (with feedback) by MuonH's."""
+    t05, r = t05_run
+    th = r["theta"]
+    for p in t05.MATS:
+        assert np.median(th["muonh_aligned"][p] / th["wd"][p]) == pytest.approx(1.0, abs=0.03)
+        assert np.median(th["wd_aligned"][p][5:] / th["muonh"][p][5:]) == pytest.approx(1.0, abs=0.03)
+        # negative control: unaligned, the angles differ far more
+        assert np.median(np.abs(th["muonh"][p] / th["wd"][p] - 1)) > \
+            3 * np.median(np.abs(th["muonh_aligned"][p] / th["wd"][p] - 1))
+
+
+def test_t05_main_writes_png(t05_run, tmp_path):
+    t05, _ = t05_run
+    t05.main(["--out", str(tmp_path), "--steps", "4", "--hidden", "8"])
+    assert (tmp_path / "t05_weight_decay_sets_lr.png").read_bytes()[:8] == PNG_MAGIC

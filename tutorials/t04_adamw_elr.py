@@ -112,7 +112,7 @@ def run(steps: int = 3000, lr: float = 1e-3, wd: float = 1.0, init_rms: float = 
     return dict(
         t=t, const=const, lin=lin, steps=steps, lr=lr, wd=wd, init_rms=init_rms,
         u_rms_theory=math.sqrt((1 - 0.9) / (1 + 0.9)),
-        u_rms_measured=float(np.median(const["u_rms"][100:])),
+        u_rms_measured=float(np.median(const["u_rms"][min(100, steps // 2):])),
         plateau=float(np.mean(const["w2"][tail]) / (lr / wd)),        # in units of eta/lambda
         t_mid=t_mid, w2_mid=float(const["w2"][t_mid] / (lr / wd)),
         w2_mid_seed=float(seed_model(t_mid, lr, wd, init_rms) / (lr / wd)),
