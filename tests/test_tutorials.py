@@ -238,3 +238,35 @@ def test_t05_main_writes_png(t05_run, tmp_path):
     t05, _ = t05_run
     t05.main(["--out", str(tmp_path), "--steps", "4", "--hidden", "8"])
     assert (tmp_path / "t05_weight_decay_sets_lr.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t06 (seeds 003, 001): stability metrics, coordinate check ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def t06():
+    return load_tutorial("t06_stability_and_mup")
+
+
+def test_t06_linear_layer_metrics_are_attained_by_the_top_singular_direction(t06):
+    for r in t06.linear_layer_table(shapes=((96, 24), (24, 96))):
+        for metric in ("forward", "dependency", "update"):
+            closed, worst = getattr(r["closed"], metric), getattr(r["worst"], metric)
+            assert abs(worst - closed) <= 1e-10 * closed
+            assert getattr(r["random"], metric) < 0.95 * closed          # random inputs do not find the sup
+        assert 0.85 < r["rms_op"] < 1.05                                  # mup_sigma: RMS->RMS norm ~ 1
+
+
+def test_t06_coordinate_check_is_flat_for_mup_and_muon_not_for_standard(t06, digits):
+    widths = (64, 128, 256, 512)
+    cc = t06.coordinate_checks(widths, k=5, data=digits)
+    slopes = {kind: [t06.slope(widths, [cc[kind][n][f"dact[{layer}]"] for n in widths])
+                     for layer in ("z1", "z2", "logits")] for kind in cc}
+    assert max(map(abs, slopes["mup"])) < 0.2 and max(map(abs, slopes["muon"])) < 0.2
+    assert min(slopes["standard"][1:]) > 0.4                               # negative control: SP grows with n
+
+
+def test_t06_main_writes_png(t06, tmp_path):
+    r = t06.main(["--out", str(tmp_path), "--widths", "16", "32", "--sweep-widths", "16", "--sweep-steps", "3",
+                  "--k", "1"])
+    assert (tmp_path / "t06_stability_and_mup.png").read_bytes()[:8] == PNG_MAGIC
+    assert r["sweep"]["standard"].shape == (1, 7)
