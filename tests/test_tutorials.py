@@ -270,3 +270,32 @@ def test_t06_main_writes_png(t06, tmp_path):
                   "--k", "1"])
     assert (tmp_path / "t06_stability_and_mup.png").read_bytes()[:8] == PNG_MAGIC
     assert r["sweep"]["standard"].shape == (1, 7)
+
+
+# ---- t07 (seed 001): independent weight decay -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t07():
+    return load_tutorial("t07_independent_weight_decay")
+
+
+def test_t07_tau_iter_moves_with_lr_for_torch_adamw_and_stays_for_independent(t07, digits):
+    lrs = (1e-3, 1e-2, 1e-1)
+    sw = t07.lr_sweep(lrs=lrs, steps=30, wd_torch=0.1, wd_indep=3e-3, data=digits)
+    # the probe decays by (1 - rate) per step exactly: tau = -1/log(1 - rate)
+    np.testing.assert_allclose(sw["tau_decoupled"], [-1 / np.log1p(-lr * 0.1) for lr in lrs], rtol=1e-9)
+    np.testing.assert_allclose(sw["tau_independent"], -1 / np.log1p(-3e-3), rtol=1e-9)
+    assert sw["tau_decoupled"][0] / sw["tau_decoupled"][-1] > 90             # moves 100x over the sweep
+
+
+def test_t07_fixed_tau_epoch_gives_the_same_decay_per_epoch_across_data_sizes(t07, digits):
+    ds = t07.data_sizes(sizes=(160, 640), epochs=2, tau_epoch=10.0, data=digits)
+    for n in (160, 640):
+        assert ds[("tau_epoch", n)]["tau_epoch"] == pytest.approx(10.0, rel=0.02)
+    assert ds[("fixed", 160)]["tau_epoch"] == pytest.approx(4 * ds[("fixed", 640)]["tau_epoch"], rel=0.02)
+    assert t07.tau_iter(np.array([1.0, 1.0])) == np.inf
+
+
+def test_t07_main_writes_png(t07, tmp_path):
+    t07.main(["--out", str(tmp_path), "--steps", "3", "--epochs", "1"])
+    assert (tmp_path / "t07_independent_weight_decay.png").read_bytes()[:8] == PNG_MAGIC
