@@ -299,3 +299,38 @@ def test_t07_fixed_tau_epoch_gives_the_same_decay_per_epoch_across_data_sizes(t0
 def test_t07_main_writes_png(t07, tmp_path):
     t07.main(["--out", str(tmp_path), "--steps", "3", "--epochs", "1"])
     assert (tmp_path / "t07_independent_weight_decay.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t08: trajectories ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t08():
+    return load_tutorial("t08_trajectories")
+
+
+def test_t08_sgd_on_the_quadratic_is_the_closed_form(t08):
+    """x_t = (1 - eta)^t x_0, y_t = (1 - eta kappa)^t y_0 (eta = 0.07, kappa = 25)."""
+    xs, _ = t08.trajectory(refopt.SGD(lr=0.07), t08.quadratic, (-4.0, 1.0), 40)
+    t = np.arange(41)
+    np.testing.assert_allclose(xs[:, 0], -4.0 * 0.93 ** t, rtol=1e-12)
+    np.testing.assert_allclose(xs[:, 1], (1 - 0.07 * 25) ** t, rtol=1e-11)
+
+
+def test_t08_sign_descent_moves_every_coordinate_by_exactly_lr(t08):
+    rule = t08.rules("quadratic")["sign descent"]
+    xs, _ = t08.trajectory(rule, t08.quadratic, (-4.0, 1.0), 30)
+    np.testing.assert_allclose(np.abs(np.diff(xs, axis=0)), rule.lr, rtol=1e-12)
+    xa, _ = t08.trajectory(t08.rules("quadratic")["Adam"], t08.quadratic, (-4.0, 1.0), 30)
+    assert np.max(np.abs(np.abs(np.diff(xa, axis=0)) - 0.15)) > 1e-3        # Adam (beta1 > 0) is not sign descent
+
+
+def test_t08_muon_direction_is_orthogonal_and_wins_on_the_ill_conditioned_matrix_problem(t08):
+    m = t08.matrix_runs(steps=150)
+    np.testing.assert_allclose(m["sv_muon_direction"], 1.0, rtol=1e-12)
+    assert m["sv_gradient"].max() / m["sv_gradient"].min() > 1e3
+    assert m["Muon (msign, svd)"][-1] < 1e-2 * min(m["SGD"][-1], m["Adam"][-1])
+
+
+def test_t08_main_writes_png(t08, tmp_path):
+    t08.main(["--out", str(tmp_path), "--steps", "5", "--rosen-steps", "5", "--matrix-steps", "5"])
+    assert (tmp_path / "t08_trajectories.png").read_bytes()[:8] == PNG_MAGIC
