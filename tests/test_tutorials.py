@@ -334,3 +334,60 @@ def test_t08_muon_direction_is_orthogonal_and_wins_on_the_ill_conditioned_matrix
 def test_t08_main_writes_png(t08, tmp_path):
     t08.main(["--out", str(tmp_path), "--steps", "5", "--rosen-steps", "5", "--matrix-steps", "5"])
     assert (tmp_path / "t08_trajectories.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t09: Adam's bias correction and eps placements ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t09():
+    return load_tutorial("t09_adam_details")
+
+
+def test_t09_bias_corrected_steps_have_size_lr_from_the_first_step(t09):
+    g = np.array([1.0, 1e-3, 1e-6])
+    st = t09.steps_refopt(g, 50)
+    np.testing.assert_allclose(st, np.broadcast_to(1e-3 * g / (g + 1e-8), st.shape), rtol=1e-12)
+    assert t09.uncorrected_ratio(1) == pytest.approx(0.1 / np.sqrt(0.001), rel=1e-14)   # 3.162
+    assert t09.uncorrected_ratio(np.arange(1, 200)).max() > 6.0                         # negative control
+
+
+def test_t09_eps_placements(t09):
+    grid = np.geomspace(1e-12, 1.0, 25)
+    f = t09.first_step(grid)
+    np.testing.assert_allclose(t09.steps_refopt(grid, 1)[0], f["E1"], rtol=1e-12)        # refopt is E1
+    # E2 is E1 with eps / sqrt(1 - beta2^t)
+    np.testing.assert_allclose(f["E2"], 1e-3 * grid / (grid + 1e-8 / np.sqrt(1 - 0.999)), rtol=1e-12)
+    big = grid > 1e-2
+    for k in ("E2", "E3"):
+        np.testing.assert_allclose(f[k][big], f["E1"][big], rtol=1e-3)                  # agree for |g| >> eps
+    assert f["E1"][0] / f["E3"][0] > 1e3                                                # and not for tiny |g|
+
+
+def test_t09_refopt_matches_torch_adam(t09):
+    pytest.importorskip("torch")
+    grid = np.geomspace(1e-12, 1.0, 13)
+    import torch
+    p = torch.zeros(len(grid), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([p], lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    p.grad = torch.tensor(grid)
+    opt.step()
+    np.testing.assert_allclose(t09.steps_refopt(grid, 1)[0], np.abs(p.detach().numpy()), rtol=1e-15)
+
+
+def test_t09_main_writes_png(t09, tmp_path):
+    r = t09.main(["--out", str(tmp_path), "--steps", "20", "--no-peers"])
+    assert r["peers"] == {}
+    assert (tmp_path / "t09_adam_details.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t10: Newton-Schulz polynomials ---------------------------------------------------------------------------
+
+def test_t10_msign_singular_values_are_the_scalar_map_and_the_bands(tmp_path):
+    t10 = load_tutorial("t10_newton_schulz")
+    r = t10.main(["--out", str(tmp_path)])
+    assert (tmp_path / "t10_newton_schulz.png").read_bytes()[:8] == PNG_MAGIC
+    assert max(r["check"].values()) < 1e-13
+    lo, hi = r["band_0.1"]["jordan"]
+    assert 0.68 < lo < 0.69 and 1.13 < hi < 1.14                          # a band around 1, not 1
+    assert r["band_0.1"]["classic"][0] > 0.99 and r["band"]["classic"][0] < 0.05   # classic: slow for small x
+    assert abs(r["band"]["polar_express"][0] - 1) < 1e-3 and abs(r["band"]["polar_express"][1] - 1) < 1e-3
