@@ -1,8 +1,9 @@
 """Tutorials (tutorials/*.py, loaded from their file paths: tutorials/ is not a package) reproduce the
 claims they state, checked numerically on tiny runs.
 
-t01 (seed 000, "Reparametrization", eq. (phi)): SGD on w_hat = c*w with lr*c^2 is SGD on w (to rounding);
-with the same lr it is not (negative control); Covariant(SGD) gives the same trajectory for every c.
+Each tutorial's claims are tested on a small run with a real numerical assertion (closed forms, exact
+identities, negative controls); see tutorials/README.md for the claims. Every tutorial is a jupytext
+percent script: the last test checks that each opens as a notebook with markdown and code cells.
 """
 import importlib.util
 import os
@@ -121,28 +122,57 @@ def test_t01_main_writes_png(t01, tmp_path, capsys):
     assert "max relative deviation" in capsys.readouterr().out
 
 
-# ---- t02 (seed 004): only exact properties; the loss comparison is noisy and is not asserted ---------------
+# ---- t02 (seed 004): averaging as a schedule, the EMA preview, Schedule-Free ---------------------------------
 
 @pytest.fixture(scope="module")
 def t02():
     return load_tutorial("t02_averaging_as_schedule")
 
 
+def test_t02_eq10_multiplier_uniform_is_linear_decay_and_ema_is_eq17(t02):
+    T = 50
+    t = np.arange(1, T + 1)
+    np.testing.assert_allclose(t02.averaging_multiplier(np.ones(T)), 1 - t / T, rtol=0, atol=1e-15)
+    g = 0.9
+    np.testing.assert_allclose(t02.averaging_multiplier(t02.ema_weights(T, g)), (1 - g ** (T - t)) / (1 - g ** T),
+                               rtol=1e-12, atol=1e-15)
+    # negative control: the EMA's multiplier is not the linear decay
+    assert np.max(np.abs(t02.averaging_multiplier(t02.ema_weights(T, g)) - (1 - t / T))) > 0.3
+    with pytest.raises(ValueError, match="weights >= 0"):
+        t02.averaging_multiplier([1.0, -1.0])
+
+
 def test_t02_averaging_leaves_the_trajectory_unchanged(t02, digits):
-    r = t02.run(steps=7, lr=0.3, ema_decay=0.9, hidden=8, batch_size=16, seed=2, eval_every=3, data=digits)
+    r = t02.run(steps=7, lr=0.3, ema_decay=0.9, hidden=8, batch_size=16, seed=2, eval_every=3, n_branches=1,
+                data=digits)
     assert list(r["step"]) == [0, 3, 6, 7]
     assert r["ema_raw_bitwise"]
     # before any step the average is the init (eval_params gives x_0), after it it is not the iterate
     assert r["loss_average"][0] == r["loss_const"][0] == r["loss_linear"][0]
     assert abs(r["loss_average"][-1] - r["loss_const"][-1]) > 1e-6
-    # linear decay (gamma_t = 1 - t/T < 1 from t = 1 on) leaves the constant-lr trajectory
     assert r["loss_linear"][-1] != r["loss_const"][-1]
 
 
+def test_t02_ema_previews_the_end_of_a_short_linear_decay(t02, digits):
+    """At the branch points the EMA (gamma = 0.95) is closer to the endpoint of a linear decay over the last
+    W = 2/(1 - gamma) = 40 steps than the raw constant-lr iterate is (mean over the points and 2 seeds)."""
+    ema_gap, raw_gap = [], []
+    for seed in (0, 1):
+        r = t02.run(steps=400, lr=0.5, ema_decay=0.95, hidden=32, eval_every=10, n_branches=4, seed=seed,
+                    data=digits)
+        assert r["window"] == 40 and list(r["branch_end"]) == [100, 200, 300, 400]
+        s, raw = r["branch_curves"][200]
+        assert s[0] == 160 and raw[0] == r["loss_const"][list(r["step"]).index(160)]   # branched off the run
+        ema_gap += list(np.abs(r["ema_at_branch"] - r["branch_loss"]))
+        raw_gap += list(np.abs(r["raw_at_branch"] - r["branch_loss"]))
+    assert np.mean(ema_gap) < 0.5 * np.mean(raw_gap)
+
+
 def test_t02_main_writes_png(t02, tmp_path):
-    out = tmp_path / "tut2"
-    t02.main(["--out", str(out), "--steps", "6", "--hidden", "8", "--eval-every", "2"])
-    assert (out / "t02_averaging_as_schedule.png").read_bytes()[:8] == PNG_MAGIC
+    r = t02.main(["--out", str(tmp_path), "--steps", "60", "--hidden", "8", "--eval-every", "10",
+                  "--ema-decay", "0.9"])
+    assert (tmp_path / "t02_averaging_as_schedule.png").read_bytes()[:8] == PNG_MAGIC
+    assert r["schedule_free"]["linear"].shape == (3,)
 
 
 # ---- t03 (seed 000): joint symmetries and the gradient identity -------------------------------------------
