@@ -224,3 +224,41 @@ def test_lr_table_relative_mode_replays_eta_eff():
     ref, _ = refopt.update(m, refopt.init(m, params["w1"]), params["w1"], g["w1"])
     np.testing.assert_allclose(new["w1"], ref, rtol=0, atol=1e-14)
     np.testing.assert_array_equal(new["w2"], params["w2"])                # lr 0 outside the table
+
+
+# ---- refopt train --diagnostics ------------------------------------------------------------------------------
+
+def test_train_diagnostics_columns_and_covariant_elr_is_its_lr(tmp_path):
+    """metrics.csv gets elr/aus/w_rms/u_rms per Partition group; the Covariant group's elr is its lr_t
+    (constant schedule) to rounding, and diagnostics.png is written. Without the flag: no such columns."""
+    import csv
+
+    from refopt.cli import main
+
+    out = tmp_path / "d"
+    argv = ["train", "--model", "mlp", "--steps", "4", "--batch-size", "16", "--hidden", "12", "--no-progress",
+            "--dtype", "float64", "--eval-interval", "2", "--optimizer", "covariant", "--lr", "0.01",
+            "--schedule", "constant"]
+    assert main([*argv, "--out", str(out), "--diagnostics"]) == 0
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    for col in ("elr[hidden]", "elr[other]", "aus[hidden]", "aus[other]", "w_rms[hidden]", "w_rms[other]",
+                "u_rms[hidden]", "u_rms[other]"):
+        assert col in rows[0], col
+    for r in rows:
+        assert float(r["elr[hidden]"]) == pytest.approx(0.01, rel=1e-12)
+        assert 0 < float(r["aus[hidden]"]) < 0.02 and float(r["w_rms[other]"]) > 0
+    assert (out / "diagnostics.png").read_bytes()[:4] == b"\x89PNG"
+    assert main([*argv, "--out", str(tmp_path / "plain")]) == 0
+    assert "elr[hidden]" not in open(tmp_path / "plain" / "metrics.csv").readline()
+    assert not (tmp_path / "plain" / "diagnostics.png").exists()
+
+
+def test_group_lrs_follow_the_rule_schedule():
+    from refopt.cli.diagnostics import group_lrs
+
+    sched = refopt.schedules.LinearDecay(10)
+    rule = refopt.Partition(rules={"hidden": refopt.Covariant(refopt.SGD(lr=1.0), lr=0.02, schedule=sched),
+                                   "other": refopt.EMA(refopt.AdamW(lr=1e-3, schedule=sched))},
+                            labels=refopt.matrix_labels)
+    assert group_lrs(rule, 5) == pytest.approx({"hidden": 0.02 * 0.5, "other": 1e-3 * 0.5})
+    assert group_lrs(refopt.ScheduleFreeSGD(lr=0.1, warmup_steps=4), 1) == {"all": pytest.approx(0.025)}

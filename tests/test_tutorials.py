@@ -421,3 +421,25 @@ def test_t10_msign_singular_values_are_the_scalar_map_and_the_bands(tmp_path):
     assert 0.68 < lo < 0.69 and 1.13 < hi < 1.14                          # a band around 1, not 1
     assert r["band_0.1"]["classic"][0] > 0.99 and r["band"]["classic"][0] < 0.05   # classic: slow for small x
     assert abs(r["band"]["polar_express"][0] - 1) < 1e-3 and abs(r["band"]["polar_express"][1] - 1) < 1e-3
+
+
+# ---- every tutorial opens as a notebook (jupytext percent format) and is listed in the index ----------------
+
+TUTORIALS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tutorials")) if f.startswith("t") and f.endswith(".py"))
+
+
+def test_at_least_eight_tutorials_each_listed_with_its_figure():
+    assert len(TUTORIALS) >= 8
+    index = open(os.path.join(ROOT, "tutorials", "README.md"), encoding="utf-8").read()
+    for name in TUTORIALS:
+        assert f"tutorials/{name}.py" in index and f"figures/{name}.png" in index, name
+        assert os.path.isfile(os.path.join(ROOT, "tutorials", "figures", f"{name}.png")), name
+
+
+@pytest.mark.parametrize("name", TUTORIALS)
+def test_tutorial_is_a_jupytext_percent_notebook(name):
+    jupytext = pytest.importorskip("jupytext")
+    nb = jupytext.read(os.path.join(ROOT, "tutorials", f"{name}.py"))
+    kinds = [c.cell_type for c in nb.cells]
+    assert kinds[0] == "markdown" and kinds.count("markdown") >= 1 and kinds.count("code") >= 2
+    assert "parse_known_args" in "".join(c.source for c in nb.cells if c.cell_type == "code")
