@@ -15,6 +15,8 @@ Zero norms never give nan. With N(v) = v/||v|| and N(0) = 0 (Hyperball's convent
   * ``aus`` is ||N(w_next) - N(w_prev)||, so 0 when both are zero and 1 when exactly one is;
   * ``rms`` of an empty array is 0.0.
 
+Non-floating arrays raise TypeError; mismatched shapes and lr < 0 raise ValueError.
+
 Functions: :func:`rms`, :func:`elr`, :func:`eta_eff`, :func:`aus`, :func:`aus_first_order`,
 :func:`rms_operator_norm`, :func:`linear_stability`, :func:`empirical_stability`,
 :func:`coordinate_check`, and the group-level :func:`group_labels`, :func:`group_metrics`.

@@ -74,6 +74,16 @@ def scale_embedding_and_outputs(params, c: float):
     return out
 
 
+def _leaf(tree, member: str):
+    """A top-level leaf ('wte') or a member of block 0 ('attn.w_q')."""
+    if member in tree:
+        return tree[member]
+    node = tree["blocks"][0]
+    for key in member.split("."):
+        node = node[key]
+    return node
+
+
 def embedding_identity(params, grads) -> tuple[float, float]:
     """(residual, scale) of the embedding symmetry's identity sum <w, g> over wte, wpe, W_o, W_down = 0."""
     terms = [np.vdot(params[k], grads[k]) for k in ("wte", "wpe")]
@@ -145,8 +155,7 @@ def identity_along_training(steps: int = 60, every: int = 5, lr: float = 3e-3, s
             r, s = embedding_identity(params, g)
             rec["residual"]["embedding"].append(abs(r) / s)
             for m in SINGLE + ["wte", "final_norm", "lm_head"]:
-                w = params[m] if "." not in m and m in params else symmetries._get(params, m, 0)
-                gw = g[m] if "." not in m and m in g else symmetries._get(g, m, 0)
+                w, gw = _leaf(params, m), _leaf(g, m)
                 cos = abs(float(np.vdot(w, gw))) / (np.linalg.norm(w) * np.linalg.norm(gw))
                 rec["cosine"].setdefault(m, []).append(cos)
         if t < steps:
