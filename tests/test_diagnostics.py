@@ -10,10 +10,12 @@ from refopt import mup
 
 RNG = np.random.default_rng(0)
 
+
 def _orthogonal_to(w, g):
     """g minus its component along w (so <w, u> = 0)."""
     wf = w.reshape(-1)
     return g - w * (wf @ g.reshape(-1)) / (wf @ wf)
+
 
 # ---- ELR, AUS ----------------------------------------------------------------------------------------------
 
@@ -32,6 +34,7 @@ def test_hyperball_with_orthogonal_u_turns_by_atan_lr(lr):
     # first order: AUS = lr + O(lr^3) for orthogonal u
     assert abs(D.aus(w, w_next) - lr) <= lr ** 3
 
+
 def test_aus_first_order_drops_the_radial_part():
     """The tangent form removes the part of u along w, which does not turn w; negative control: the
     plain ELR does not (it is larger for a u with a radial part)."""
@@ -41,6 +44,7 @@ def test_aus_first_order_drops_the_radial_part():
     exact = D.aus(w, w - lr * u)
     assert D.aus_first_order(w, u, lr, tangent=True) == pytest.approx(exact, rel=1e-3)
     assert D.aus_first_order(w, u, lr, tangent=False) > 1.5 * exact
+
 
 @pytest.mark.parametrize("base", [refopt.SGD(lr=1.0), refopt.Adam(lr=1.0), refopt.Muon(lr=1.0)])
 def test_covariant_logs_exactly_its_lr(base):
@@ -59,6 +63,7 @@ def test_covariant_logs_exactly_its_lr(base):
     assert m["u_rms[all]"] == pytest.approx(D.rms(np.concatenate([params["a"].ravel(), params["b"].ravel()])),
                                             rel=1e-12)            # ||U|| = ||W||: U = step/lr
 
+
 def test_group_metrics_use_partition_labels_and_sgd_closed_form():
     """SGD: the step is lr*g, so elr = lr ||g||/||w||, u_rms = rms(g) per Partition group."""
     params = {"w": RNG.standard_normal((4, 4)), "b": RNG.standard_normal(4)}
@@ -76,6 +81,7 @@ def test_group_metrics_use_partition_labels_and_sgd_closed_form():
     with pytest.raises(ValueError, match="no learning rate for group 'other'"):
         D.group_metrics(params, new, {"hidden": 0.1}, D.group_labels(state, params))
 
+
 def test_zero_norms_are_finite_and_documented():
     z, w = np.zeros((3, 3)), np.ones((3, 3))
     assert D.elr(z, w, 0.1) == 0.0 and D.elr(w, z, 0.1) == 0.0 and D.elr(w, w, 0.0) == 0.0
@@ -89,6 +95,7 @@ def test_zero_norms_are_finite_and_documented():
     with pytest.raises(ValueError, match="different shapes"):
         D.aus(w, np.ones(9))
 
+
 def test_float32_inputs_accumulate_in_float64():
     w32 = RNG.standard_normal((50, 30)).astype(np.float32)
     w64 = w32.astype(np.float64)
@@ -96,6 +103,7 @@ def test_float32_inputs_accumulate_in_float64():
     assert D.rms_operator_norm(w32) == pytest.approx(D.rms_operator_norm(w64), rel=1e-14)
     with pytest.raises(TypeError, match="floating-point"):
         D.rms(np.ones(3, dtype=np.int64))
+
 
 # ---- seed 003: stability metrics of a linear layer ----------------------------------------------------------
 
@@ -121,15 +129,18 @@ def test_linear_metrics_against_the_svd(shape):
     emp_rand = D.empirical_stability(lambda p, xb: xb @ p, W, x[3:], dW)
     assert emp_rand.forward < closed.forward * (1 - 1e-3)
 
+
 def test_empirical_stability_rejects_a_batch_reducing_function():
     with pytest.raises(ValueError, match="one row"):
         D.empirical_stability(lambda p, xb: (xb @ p).sum(0, keepdims=True), np.eye(3), np.ones((4, 3)))
+
 
 def test_mup_sigma_gives_unit_rms_operator_norm():
     """seed 003: sigma = sqrt(d_out/d_in)/(sqrt(d_in)+sqrt(d_out)) makes ||sigma Z||_{RMS->RMS} about 1."""
     for d_in, d_out in [(256, 64), (64, 256), (512, 512)]:
         W = mup.mup_sigma(d_in, d_out) * np.random.default_rng(1).standard_normal((d_in, d_out))
         assert 0.85 < D.rms_operator_norm(W) < 1.05
+
 
 def test_mup_lrs_table_of_seed_001():
     assert mup.mup_lrs(0.1, 256, 64, "adam") == pytest.approx({"first": 0.1, "hidden": 0.025, "last": 0.025})
@@ -145,10 +156,12 @@ def test_mup_lrs_table_of_seed_001():
     with pytest.raises(ValueError, match="optimizer"):
         mup.mup_lrs(0.1, 4, 4, "lion")
 
+
 # ---- LRTable (seed 002) ----------------------------------------------------------------------------------------
 
 def _muon_params():
     return {"w1": RNG.standard_normal((6, 5)), "w2": RNG.standard_normal((5, 4))}
+
 
 def test_lr_table_equals_muon_with_that_lr_per_step():
     """A table row (lr_1, lr_2, lr_3) gives, step by step, Muon's step with lr = lr_t (an independent run
@@ -172,6 +185,7 @@ def test_lr_table_equals_muon_with_that_lr_per_step():
     with pytest.raises(ValueError, match="has 3 steps, step 4"):
         refopt.update(rule, state, p, g)
 
+
 def test_lr_table_round_trips_through_a_checkpoint(tmp_path):
     params = _muon_params()
     rule = refopt.LRTable(refopt.Muon(lr=0.01), {"w1": (0.1 / 3, 1e-300, 0.0), "w2": (1.0, 2.0, 3.0)})
@@ -181,6 +195,7 @@ def test_lr_table_round_trips_through_a_checkpoint(tmp_path):
     assert back.rule == rule and back.rule.lrs["w1"][0] == 0.1 / 3     # bit for bit
     assert refopt.checkpoint.rule_to_json(back.rule) == refopt.checkpoint.rule_to_json(rule)
 
+
 @pytest.mark.parametrize("lrs, match", [({}, "non-empty"), ({"w1": ()}, "non-empty sequence"),
                                         ({"w1": (0.1, -1.0)}, ">= 0"), ({"w1": (math.nan,)}, "finite"),
                                         ({3: (0.1,)}, "strings"), ({"w1": 0.1}, "sequence")])
@@ -188,11 +203,13 @@ def test_lr_table_rejects_bad_tables(lrs, match):
     with pytest.raises(ValueError, match=match):
         refopt.LRTable(refopt.Muon(), lrs)
 
+
 def test_lr_table_rejects_a_path_params_lack_and_a_decaying_base():
     with pytest.raises(ValueError, match="w9, which params lacks"):
         refopt.init(refopt.LRTable(refopt.Muon(), {"w9": (0.1,)}), _muon_params())
     with pytest.raises(ValueError, match="weight_decay"):
         refopt.LRTable(refopt.Muon(weight_decay=0.1), {"w1": (0.1,)})
+
 
 def test_lr_table_relative_mode_replays_eta_eff():
     """relative=True: the step's lr is lrs[p][t-1] * ||W_{t-1}||_F, so eta/||W|| of the step is the table's
@@ -207,6 +224,7 @@ def test_lr_table_relative_mode_replays_eta_eff():
     ref, _ = refopt.update(m, refopt.init(m, params["w1"]), params["w1"], g["w1"])
     np.testing.assert_allclose(new["w1"], ref, rtol=0, atol=1e-14)
     np.testing.assert_array_equal(new["w2"], params["w2"])                # lr 0 outside the table
+
 
 # ---- refopt train --diagnostics ------------------------------------------------------------------------------
 
@@ -234,6 +252,7 @@ def test_train_diagnostics_columns_and_covariant_elr_is_its_lr(tmp_path):
     assert "elr[hidden]" not in open(tmp_path / "plain" / "metrics.csv").readline()
     assert not (tmp_path / "plain" / "diagnostics.png").exists()
 
+
 def test_group_lrs_follow_the_rule_schedule():
     from refopt.cli.diagnostics import group_lrs
 
@@ -244,10 +263,10 @@ def test_group_lrs_follow_the_rule_schedule():
     assert group_lrs(rule, 5) == pytest.approx({"hidden": 0.02 * 0.5, "other": 1e-3 * 0.5})
     assert group_lrs(refopt.ScheduleFreeSGD(lr=0.1, warmup_steps=4), 1) == {"all": pytest.approx(0.025)}
 
+
 def test_coordinate_check_against_a_hand_computed_sgd_step():
     """One SGD step on a linear least-squares 'network' f(x) = x W: dW = -lr * x^T (x W - y) / N exactly, so
     dact = rms(x dW) and dw = rms(dW); with no steps every change is 0 and act is the init's RMS."""
-
     rng = np.random.default_rng(5)
     x, y = rng.standard_normal((8, 3)), rng.standard_normal((8, 2))
 
