@@ -1,8 +1,9 @@
 """Tutorials (tutorials/*.py, loaded from their file paths: tutorials/ is not a package) reproduce the
 claims they state, checked numerically on tiny runs.
 
-t01 (seed 000, "Reparametrization", eq. (phi)): SGD on w_hat = c*w with lr*c^2 is SGD on w (to rounding);
-with the same lr it is not (negative control); Covariant(SGD) gives the same trajectory for every c.
+Each tutorial's claims are tested on a small run with a real numerical assertion (closed forms, exact
+identities, negative controls); see tutorials/README.md for the claims. Every tutorial is a jupytext
+percent script: the last test checks that each opens as a notebook with markdown and code cells.
 """
 import importlib.util
 import os
@@ -121,25 +122,324 @@ def test_t01_main_writes_png(t01, tmp_path, capsys):
     assert "max relative deviation" in capsys.readouterr().out
 
 
-# ---- t02 (seed 004): only exact properties; the loss comparison is noisy and is not asserted ---------------
+# ---- t02 (seed 004): averaging as a schedule, the EMA preview, Schedule-Free ---------------------------------
 
 @pytest.fixture(scope="module")
 def t02():
     return load_tutorial("t02_averaging_as_schedule")
 
 
+def test_t02_eq10_multiplier_uniform_is_linear_decay_and_ema_is_eq17(t02):
+    T = 50
+    t = np.arange(1, T + 1)
+    np.testing.assert_allclose(t02.averaging_multiplier(np.ones(T)), 1 - t / T, rtol=0, atol=1e-15)
+    g = 0.9
+    np.testing.assert_allclose(t02.averaging_multiplier(t02.ema_weights(T, g)), (1 - g ** (T - t)) / (1 - g ** T),
+                               rtol=1e-12, atol=1e-15)
+    # negative control: the EMA's multiplier is not the linear decay
+    assert np.max(np.abs(t02.averaging_multiplier(t02.ema_weights(T, g)) - (1 - t / T))) > 0.3
+    with pytest.raises(ValueError, match="weights >= 0"):
+        t02.averaging_multiplier([1.0, -1.0])
+
+
 def test_t02_averaging_leaves_the_trajectory_unchanged(t02, digits):
-    r = t02.run(steps=7, lr=0.3, ema_decay=0.9, hidden=8, batch_size=16, seed=2, eval_every=3, data=digits)
+    r = t02.run(steps=7, lr=0.3, ema_decay=0.9, hidden=8, batch_size=16, seed=2, eval_every=3, n_branches=1,
+                data=digits)
     assert list(r["step"]) == [0, 3, 6, 7]
     assert r["ema_raw_bitwise"]
     # before any step the average is the init (eval_params gives x_0), after it it is not the iterate
     assert r["loss_average"][0] == r["loss_const"][0] == r["loss_linear"][0]
     assert abs(r["loss_average"][-1] - r["loss_const"][-1]) > 1e-6
-    # linear decay (gamma_t = 1 - t/T < 1 from t = 1 on) leaves the constant-lr trajectory
     assert r["loss_linear"][-1] != r["loss_const"][-1]
 
 
+def test_t02_ema_previews_the_end_of_a_short_linear_decay(t02, digits):
+    """At the branch points the EMA (gamma = 0.95) is closer to the endpoint of a linear decay over the last
+    W = 2/(1 - gamma) = 40 steps than the raw constant-lr iterate is (mean over the points and 2 seeds)."""
+    ema_gap, raw_gap = [], []
+    for seed in (0, 1):
+        r = t02.run(steps=400, lr=0.5, ema_decay=0.95, hidden=32, eval_every=10, n_branches=4, seed=seed,
+                    data=digits)
+        assert r["window"] == 40 and list(r["branch_end"]) == [100, 200, 300, 400]
+        s, raw = r["branch_curves"][200]
+        assert s[0] == 160 and raw[0] == r["loss_const"][list(r["step"]).index(160)]   # branched off the run
+        ema_gap += list(np.abs(r["ema_at_branch"] - r["branch_loss"]))
+        raw_gap += list(np.abs(r["raw_at_branch"] - r["branch_loss"]))
+    assert np.mean(ema_gap) < 0.5 * np.mean(raw_gap)
+
+
 def test_t02_main_writes_png(t02, tmp_path):
-    out = tmp_path / "tut2"
-    t02.main(["--out", str(out), "--steps", "6", "--hidden", "8", "--eval-every", "2"])
-    assert (out / "t02_averaging_as_schedule.png").read_bytes()[:8] == PNG_MAGIC
+    r = t02.main(["--out", str(tmp_path), "--steps", "60", "--hidden", "8", "--eval-every", "10",
+                  "--ema-decay", "0.9"])
+    assert (tmp_path / "t02_averaging_as_schedule.png").read_bytes()[:8] == PNG_MAGIC
+    assert r["schedule_free"]["linear"].shape == (3,)
+
+
+# ---- t03 (seed 000): joint symmetries and the gradient identity -------------------------------------------
+
+@pytest.fixture(scope="module")
+def t03_run():
+    t03 = load_tutorial("t03_joint_symmetries")
+    tr = t03.identity_along_training(steps=4, every=2, lr=1e-2)
+    inv = t03.invariances(tr["params"], tr["config"], *tr["batch"], c=2.5)
+    return t03, tr, inv
+
+
+def test_t03_joint_symmetries_keep_the_loss_single_weights_do_not(t03_run):
+    _, _, inv = t03_run
+    assert len(inv["joint"]) == 8                                       # reglu, untied: every symmetry of the list
+    assert max(inv["joint"].values()) < 1e-13 and max(inv["per_channel"].values()) < 1e-13
+    assert inv["embedding"]["untied, eps=0"] < 1e-13
+    assert 1e-9 < inv["embedding"]["untied, eps=1e-6"] < 1e-4           # eps breaks it, slightly
+    assert inv["embedding"]["tied head, eps=0"] > 1e-4                  # the tied head scales the logits
+    assert min(inv["single"].values()) > 1e3 * max(inv["joint"].values(), default=0) + 1e-7  # one weight alone
+
+
+def test_t03_gradient_identity_holds_along_training_but_per_weight_terms_do_not_vanish(t03_run):
+    _, tr, _ = t03_run
+    assert tr["step"] == [0, 2, 4]
+    assert tr["max_residual"] < 1e-12
+    assert max(tr["median_cosine"].values()) > 1e-2                     # <w, g> != 0 for single weights
+
+
+def test_t03_main_writes_png(t03_run, tmp_path):
+    t03, _, _ = t03_run
+    r = t03.main(["--out", str(tmp_path), "--steps", "2", "-f", "kernel.json"])   # unknown args ignored
+    assert (tmp_path / "t03_joint_symmetries.png").read_bytes()[:8] == PNG_MAGIC
+    assert r["training"]["max_residual"] < 1e-12
+
+
+# ---- t04 (seed 000): AdamW's ELR, measured ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t04():
+    return load_tutorial("t04_adamw_elr")
+
+
+def test_t04_update_rms_and_the_plateau_of_the_weight_norm(t04):
+    """u_rms = sqrt((1-b1)/(1+b1)); constant lr: ||w||^2 -> eta/(2 lambda), not the seed's eta/(3 lambda);
+    at lambda eta t = 0.5 the e^{-2 lambda eta t} model fits, the seed's e^{-lambda eta t} / 3 does not."""
+    r = t04.run(steps=1500, lr=2e-3, wd=1.0, init_rms=0.005, d=4000)
+    assert r["u_rms_measured"] == pytest.approx(r["u_rms_theory"], rel=0.02)
+    assert r["plateau"] == pytest.approx(0.5, rel=0.06)
+    assert abs(r["plateau"] - 1 / 3) > 0.1
+    assert r["w2_mid"] == pytest.approx(r["w2_mid_corrected"], rel=0.06)
+    assert abs(r["w2_mid"] - r["w2_mid_seed"]) > 0.1
+    # linear decay: the recursion follows the measured curve once Adam's first, larger (bias-corrected) steps
+    # are forgotten; the peak is well below the constant-lr plateau
+    np.testing.assert_allclose(r["lin"]["w2"][300:], r["rec_lin"][300:], rtol=0.08)
+    assert 0.2 < r["peak_linear"] < 0.45
+    assert t04.recursion(np.full(3, 0.5), 1.0, 1.0)[-1] == pytest.approx((0.25 + 0.25) * 0.25 + 0.25)
+
+
+def test_t04_main_writes_png(t04, tmp_path):
+    t04.main(["--out", str(tmp_path), "--steps", "50", "--dim", "100"])
+    assert (tmp_path / "t04_adamw_elr.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t05 (seed 002): weight decay only sets the learning rate ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t05_run(digits):
+    t05 = load_tutorial("t05_weight_decay_sets_lr")
+    return t05, t05.run(steps=60, hidden=32, eval_every=10, data=digits)
+
+
+def test_t05_matching_eta_eff_follows_muonwd_unmatched_does_not(t05_run):
+    _, r = t05_run
+    assert r["gap_matched"] < 0.3 * r["gap_nowd"]
+    assert r["gap_muonh_aligned"] < 0.3 * r["gap_nowd"]
+    assert r["gap_wd_aligned"] < 0.3 * r["gap_wd_vs_muonh"]
+
+
+def test_t05_alignment_by_angle(t05_run):
+    """MuonH with lr tan(theta_t) turns by MuonWD's angles; MuonWD aligned (with feedback) by MuonH's."""
+    t05, r = t05_run
+    th = r["theta"]
+    for p in t05.MATS:
+        assert np.median(th["muonh_aligned"][p] / th["wd"][p]) == pytest.approx(1.0, abs=0.03)
+        assert np.median(th["wd_aligned"][p][5:] / th["muonh"][p][5:]) == pytest.approx(1.0, abs=0.03)
+        # negative control: unaligned, the angles differ far more
+        assert np.median(np.abs(th["muonh"][p] / th["wd"][p] - 1)) > \
+            3 * np.median(np.abs(th["muonh_aligned"][p] / th["wd"][p] - 1))
+
+
+def test_t05_main_writes_png(t05_run, tmp_path):
+    t05, _ = t05_run
+    t05.main(["--out", str(tmp_path), "--steps", "4", "--hidden", "8"])
+    assert (tmp_path / "t05_weight_decay_sets_lr.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t06 (seeds 003, 001): stability metrics, coordinate check ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def t06():
+    return load_tutorial("t06_stability_and_mup")
+
+
+def test_t06_linear_layer_metrics_are_attained_by_the_top_singular_direction(t06):
+    for r in t06.linear_layer_table(shapes=((96, 24), (24, 96))):
+        for metric in ("forward", "dependency", "update"):
+            closed, worst = getattr(r["closed"], metric), getattr(r["worst"], metric)
+            assert abs(worst - closed) <= 1e-10 * closed
+            assert getattr(r["random"], metric) < 0.95 * closed          # random inputs do not find the sup
+        assert 0.85 < r["rms_op"] < 1.05                                  # mup_sigma: RMS->RMS norm ~ 1
+
+
+def test_t06_coordinate_check_is_flat_for_mup_and_muon_not_for_standard(t06, digits):
+    widths = (64, 128, 256, 512)
+    cc = t06.coordinate_checks(widths, k=5, data=digits)
+    slopes = {kind: [t06.slope(widths, [cc[kind][n][f"dact[{layer}]"] for n in widths])
+                     for layer in ("z1", "z2", "logits")] for kind in cc}
+    assert max(map(abs, slopes["mup"])) < 0.2 and max(map(abs, slopes["muon"])) < 0.2
+    assert min(slopes["standard"][1:]) > 0.4                               # negative control: SP grows with n
+
+
+def test_t06_main_writes_png(t06, tmp_path):
+    r = t06.main(["--out", str(tmp_path), "--widths", "16", "32", "--sweep-widths", "16", "--sweep-steps", "3",
+                  "--k", "1"])
+    assert (tmp_path / "t06_stability_and_mup.png").read_bytes()[:8] == PNG_MAGIC
+    assert r["sweep"]["standard"].shape == (1, 7)
+
+
+# ---- t07 (seed 001): independent weight decay -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t07():
+    return load_tutorial("t07_independent_weight_decay")
+
+
+def test_t07_tau_iter_moves_with_lr_for_torch_adamw_and_stays_for_independent(t07, digits):
+    lrs = (1e-3, 1e-2, 1e-1)
+    sw = t07.lr_sweep(lrs=lrs, steps=30, wd_torch=0.1, wd_indep=3e-3, data=digits)
+    # the probe decays by (1 - rate) per step exactly: tau = -1/log(1 - rate)
+    np.testing.assert_allclose(sw["tau_decoupled"], [-1 / np.log1p(-lr * 0.1) for lr in lrs], rtol=1e-9)
+    np.testing.assert_allclose(sw["tau_independent"], -1 / np.log1p(-3e-3), rtol=1e-9)
+    assert sw["tau_decoupled"][0] / sw["tau_decoupled"][-1] > 90             # moves 100x over the sweep
+
+
+def test_t07_fixed_tau_epoch_gives_the_same_decay_per_epoch_across_data_sizes(t07, digits):
+    ds = t07.data_sizes(sizes=(160, 640), epochs=2, tau_epoch=10.0, data=digits)
+    for n in (160, 640):
+        assert ds[("tau_epoch", n)]["tau_epoch"] == pytest.approx(10.0, rel=0.02)
+    assert ds[("fixed", 160)]["tau_epoch"] == pytest.approx(4 * ds[("fixed", 640)]["tau_epoch"], rel=0.02)
+    assert t07.tau_iter(np.array([1.0, 1.0])) == np.inf
+
+
+def test_t07_main_writes_png(t07, tmp_path):
+    t07.main(["--out", str(tmp_path), "--steps", "3", "--epochs", "1"])
+    assert (tmp_path / "t07_independent_weight_decay.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t08: trajectories ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t08():
+    return load_tutorial("t08_trajectories")
+
+
+def test_t08_sgd_on_the_quadratic_is_the_closed_form(t08):
+    """x_t = (1 - eta)^t x_0, y_t = (1 - eta kappa)^t y_0 (eta = 0.07, kappa = 25)."""
+    xs, _ = t08.trajectory(refopt.SGD(lr=0.07), t08.quadratic, (-4.0, 1.0), 40)
+    t = np.arange(41)
+    np.testing.assert_allclose(xs[:, 0], -4.0 * 0.93 ** t, rtol=1e-12)
+    np.testing.assert_allclose(xs[:, 1], (1 - 0.07 * 25) ** t, rtol=1e-11)
+
+
+def test_t08_sign_descent_moves_every_coordinate_by_exactly_lr(t08):
+    rule = t08.rules("quadratic")["sign descent"]
+    xs, _ = t08.trajectory(rule, t08.quadratic, (-4.0, 1.0), 30)
+    np.testing.assert_allclose(np.abs(np.diff(xs, axis=0)), rule.lr, rtol=1e-12)
+    xa, _ = t08.trajectory(t08.rules("quadratic")["Adam"], t08.quadratic, (-4.0, 1.0), 30)
+    assert np.max(np.abs(np.abs(np.diff(xa, axis=0)) - 0.15)) > 1e-3        # Adam (beta1 > 0) is not sign descent
+
+
+def test_t08_muon_direction_is_orthogonal_and_wins_on_the_ill_conditioned_matrix_problem(t08):
+    m = t08.matrix_runs(steps=150)
+    np.testing.assert_allclose(m["sv_muon_direction"], 1.0, rtol=1e-12)
+    assert m["sv_gradient"].max() / m["sv_gradient"].min() > 1e3
+    assert m["Muon (msign, svd)"][-1] < 1e-2 * min(m["SGD"][-1], m["Adam"][-1])
+
+
+def test_t08_main_writes_png(t08, tmp_path):
+    t08.main(["--out", str(tmp_path), "--steps", "5", "--rosen-steps", "5", "--matrix-steps", "5"])
+    assert (tmp_path / "t08_trajectories.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t09: Adam's bias correction and eps placements ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def t09():
+    return load_tutorial("t09_adam_details")
+
+
+def test_t09_bias_corrected_steps_have_size_lr_from_the_first_step(t09):
+    g = np.array([1.0, 1e-3, 1e-6])
+    st = t09.steps_refopt(g, 50)
+    np.testing.assert_allclose(st, np.broadcast_to(1e-3 * g / (g + 1e-8), st.shape), rtol=1e-12)
+    assert t09.uncorrected_ratio(1) == pytest.approx(0.1 / np.sqrt(0.001), rel=1e-14)   # 3.162
+    assert t09.uncorrected_ratio(np.arange(1, 200)).max() > 6.0                         # negative control
+
+
+def test_t09_eps_placements(t09):
+    grid = np.geomspace(1e-12, 1.0, 25)
+    f = t09.first_step(grid)
+    np.testing.assert_allclose(t09.steps_refopt(grid, 1)[0], f["E1"], rtol=1e-12)        # refopt is E1
+    # E2 is E1 with eps / sqrt(1 - beta2^t)
+    np.testing.assert_allclose(f["E2"], 1e-3 * grid / (grid + 1e-8 / np.sqrt(1 - 0.999)), rtol=1e-12)
+    big = grid > 1e-2
+    for k in ("E2", "E3"):
+        np.testing.assert_allclose(f[k][big], f["E1"][big], rtol=1e-3)                  # agree for |g| >> eps
+    assert f["E1"][0] / f["E3"][0] > 1e3                                                # and not for tiny |g|
+
+
+def test_t09_refopt_matches_torch_adam(t09):
+    pytest.importorskip("torch")
+    grid = np.geomspace(1e-12, 1.0, 13)
+    import torch
+    p = torch.zeros(len(grid), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([p], lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    p.grad = torch.tensor(grid)
+    opt.step()
+    np.testing.assert_allclose(t09.steps_refopt(grid, 1)[0], np.abs(p.detach().numpy()), rtol=1e-15)
+
+
+def test_t09_main_writes_png(t09, tmp_path):
+    r = t09.main(["--out", str(tmp_path), "--steps", "20", "--no-peers"])
+    assert r["peers"] == {}
+    assert (tmp_path / "t09_adam_details.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- t10: Newton-Schulz polynomials ---------------------------------------------------------------------------
+
+def test_t10_msign_singular_values_are_the_scalar_map_and_the_bands(tmp_path):
+    t10 = load_tutorial("t10_newton_schulz")
+    r = t10.main(["--out", str(tmp_path)])
+    assert (tmp_path / "t10_newton_schulz.png").read_bytes()[:8] == PNG_MAGIC
+    assert max(r["check"].values()) < 1e-13
+    lo, hi = r["band_0.1"]["jordan"]
+    assert 0.68 < lo < 0.69 and 1.13 < hi < 1.14                          # a band around 1, not 1
+    assert r["band_0.1"]["classic"][0] > 0.99 and r["band"]["classic"][0] < 0.05   # classic: slow for small x
+    assert abs(r["band"]["polar_express"][0] - 1) < 1e-3 and abs(r["band"]["polar_express"][1] - 1) < 1e-3
+
+
+# ---- every tutorial opens as a notebook (jupytext percent format) and is listed in the index ----------------
+
+TUTORIALS = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tutorials")) if f.startswith("t") and f.endswith(".py"))
+
+
+def test_at_least_eight_tutorials_each_listed_with_its_figure():
+    assert len(TUTORIALS) >= 8
+    index = open(os.path.join(ROOT, "tutorials", "README.md"), encoding="utf-8").read()
+    for name in TUTORIALS:
+        assert f"tutorials/{name}.py" in index and f"figures/{name}.png" in index, name
+        assert os.path.isfile(os.path.join(ROOT, "tutorials", "figures", f"{name}.png")), name
+
+
+@pytest.mark.parametrize("name", TUTORIALS)
+def test_tutorial_is_a_jupytext_percent_notebook(name):
+    jupytext = pytest.importorskip("jupytext")
+    nb = jupytext.read(os.path.join(ROOT, "tutorials", f"{name}.py"))
+    kinds = [c.cell_type for c in nb.cells]
+    assert kinds[0] == "markdown" and kinds.count("markdown") >= 1 and kinds.count("code") >= 2
+    assert "parse_known_args" in "".join(c.source for c in nb.cells if c.cell_type == "code")

@@ -1,3 +1,15 @@
+# %% [markdown]
+# # Tutorial 1 — reparametrization: SGD is not covariant, the covariant (ELR) rule is (seed 000)
+#
+# Train ŵ = c·w of the first layer on ℓ̂(ŵ) = ℓ(ŵ/c): the same function, but ∇ℓ̂(ŵ) = ∇ℓ(w)/c, so SGD on
+# ŵ with lr η is SGD on w with η/c². (a) SGD on w; (b) SGD on ŵ with the same η (another trajectory);
+# (c) SGD on ŵ with η·c² on that layer (reproduces (a) to rounding); (d) `Covariant(SGD(lr=1), lr=elr)` on
+# ŵ: w ← w − elr·‖w‖ g/‖g‖ satisfies φ(c₁w, c₂g) = c₁φ(w, g) (eq. (phi)), so its trajectory mapped back is
+# the same for every c. Details in the docstring below.
+#
+# Run: `python tutorials/t01_reparametrization.py --out DIR` (about 30 s). Writes DIR/t01_reparametrization.png.
+
+# %%
 """Tutorial 1 -- reparametrization: SGD is not covariant, the covariant (ELR) rule is.
 
 Claim (seed 000, "Reparametrization" and eq. (phi)): write one layer's weight as w = w_hat / c, i.e. train
@@ -16,7 +28,7 @@ SGD on w_hat is SGD on w with learning rate eta'/c^2 (the seed's "c^-2 eta"). He
       with no retuning.
 
 Only the first layer's weight is reparametrized; the other arrays get plain SGD with lr eta in every run
-(via refopt.Partition in (d)). The MLP is refopt's ``models.mlp`` on the 8x8 digits, float64, trained
+(via refopt.Partition in (d)). The MLP is ``refopt.models.mlp`` on the 8x8 digits, float64, trained
 with mini-batches in a fixed order (the same batches in every run).
 
 Run from the repository root:  python tutorials/t01_reparametrization.py [--out DIR] [--steps N]
@@ -32,7 +44,7 @@ import numpy as np
 
 try:  # run as `python tutorials/t01_...py` from a checkout without `pip install .`
     import refopt  # noqa: F401
-    import models  # noqa: F401
+    import refopt.models  # noqa: F401
 except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -44,7 +56,10 @@ SCALED = "layers[0].w"  # the leaf that is reparametrized (the first layer's wei
 CS = (1.0, 10.0, 0.1)
 
 
-# ---- the reparametrized loss ---------------------------------------------------------------------------
+# %% [markdown]
+# ## The reparametrized loss
+
+# %%
 
 def reparam_loss(c: float):
     """l_hat(params_hat) = l(params) with params[SCALED] = params_hat[SCALED] / c (the rest unchanged)."""
@@ -79,7 +94,10 @@ def rel_dev(p, q) -> float:
     return out
 
 
-# ---- training ------------------------------------------------------------------------------------------
+# %% [markdown]
+# ## Training the four runs
+
+# %%
 
 def _batches(n_train: int, batch_size: int, steps: int, seed: int):
     """Index arrays of `steps` mini-batches: epochs of a seeded permutation (the same in every run)."""
@@ -168,7 +186,10 @@ def run(steps: int = 200, c: float = 10.0, lr: float = 0.1, elr: float = 0.01, h
     return out
 
 
-# ---- the figure and the printout -------------------------------------------------------------------------
+# %% [markdown]
+# ## Figure and printout
+
+# %%
 
 def plot(results: list[dict], path: str) -> None:
     import matplotlib
@@ -200,7 +221,7 @@ def plot(results: list[dict], path: str) -> None:
         ax.legend(fontsize=7)
     ax1.set_ylabel("training loss (nats)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
@@ -214,7 +235,7 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--hidden", type=int, default=32, help="hidden width of the MLP 64-hidden-10")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
+    a, _ = ap.parse_known_args(argv)
     if a.steps < 1:
         ap.error("--steps must be >= 1")
     os.makedirs(a.out, exist_ok=True)
@@ -233,5 +254,6 @@ def main(argv=None) -> list[dict]:
     return results
 
 
+# %%
 if __name__ == "__main__":
     main()

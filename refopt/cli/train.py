@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 import refopt
+from refopt.cli import diagnostics as cli_diagnostics
 from refopt.cli import optimizers, output
 from refopt.cli.tasks import GPTTask, MLPTask
 
@@ -86,6 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop after N steps of this invocation (the checkpoint lets --resume continue)")
     p.add_argument("--checkpoint-interval", type=int, default=0, metavar="N",
                    help="also checkpoint every N steps (0: at the end only)")
+    p.add_argument("--diagnostics", action="store_true",
+                   help="add per-group elr[G], aus[G], w_rms[G], u_rms[G] columns to metrics.csv; write diagnostics.png")
     optimizers.add_arguments(p)
 
 
@@ -136,7 +139,7 @@ def prepare(args):
 
 def fit(task, rule, steps: int, seed: int, lr: float, schedule, eval_interval: int, progress: bool = True,
         desc: str = "train", start=None, stop_after: int | None = None, on_checkpoint=None,
-        checkpoint_interval: int = 0):
+        checkpoint_interval: int = 0, diagnostics=None):
     """Train ``task``'s model with ``rule`` up to step ``steps`` from the init and data order of ``seed``.
 
     ``start=(params, state)`` continues from a checkpointed state (its ``t`` steps done). Returns
@@ -144,7 +147,8 @@ def fit(task, rule, steps: int, seed: int, lr: float, schedule, eval_interval: i
     the learning rate lr*gamma_t each parameter group's rule applied (``lr[GROUP]``, as ``refopt.update_``
     reports it in ``info``; ``lr`` is the main group's: 'hidden' of a Partition), the elapsed wall time (``_seconds``, never written to
     files), and every ``eval_interval`` steps (and at the last) the validation metrics at the evaluation
-    params (:func:`refopt.eval_params`).
+    params (:func:`refopt.eval_params`). ``diagnostics`` (a :class:`refopt.cli.diagnostics.Diagnostics`)
+    adds its per-group columns to every row.
     """
     if start is None:
         params = task.init_params(seed)
@@ -162,9 +166,12 @@ def fit(task, rule, steps: int, seed: int, lr: float, schedule, eval_interval: i
         loss = float(loss)
         if not math.isfinite(loss):
             raise ValueError(f"the training loss became {loss} at step {step}; lower --lr")
+        before = diagnostics.snapshot(params) if diagnostics is not None else None
         info: dict = {}
         params, state = refopt.update_(rule, state, params, grads, info=info)
         row = {"step": step, "loss": loss, **group_lrs(info["lr"])}
+        if diagnostics is not None:
+            row.update(diagnostics.row(step, before, params, state, info["lr"]))
         if step % eval_interval == 0 or step == steps:
             row.update(task.periodic_eval(refopt.eval_params(rule, state, params)))
         row["_seconds"] = time.perf_counter() - t0
@@ -304,10 +311,12 @@ def run(args: argparse.Namespace) -> int:
     def checkpoint(params, state):
         refopt.save(ckpt_file, params, state, rule, seed=args.seed, step=state.t)
 
+    diag = cli_diagnostics.Diagnostics(rule) if getattr(args, "diagnostics", False) else None
     t0 = time.perf_counter()
     params, state, rows = fit(task, rule, steps, args.seed, lr, args.schedule_fn, args.eval_interval,
                               progress=not args.no_progress, start=start, stop_after=args.stop_after,
-                              on_checkpoint=checkpoint, checkpoint_interval=args.checkpoint_interval)
+                              on_checkpoint=checkpoint, checkpoint_interval=args.checkpoint_interval,
+                              diagnostics=diag)
     seconds = time.perf_counter() - t0
     checkpoint(params, state)
     rows = previous + rows
@@ -323,6 +332,8 @@ def run(args: argparse.Namespace) -> int:
     output.write_json(os.path.join(out, "config.json"), config)
     _plot(os.path.join(out, "loss.png"), rows, f"{args.model}: {rule_title(rule)} (seed {args.seed})",
           task.eval_split)
+    if diag is not None:
+        cli_diagnostics.plot(os.path.join(out, "diagnostics.png"), rows, f"{args.model}: {rule_title(rule)}")
 
     print(" ".join(f"{k}={v:.4f}" for k, v in final.items()))
     for k, v in extra.items():

@@ -10,6 +10,7 @@ from refopt.rules.clip import ClipByGlobalNorm
 from refopt.rules.covariant import Covariant
 from refopt.rules.hyperball import Hyperball
 from refopt.rules.lion import Lion
+from refopt.rules.lr_table import LRTable  # noqa: F401  (a wrapper with a per-array lr table)
 from refopt.rules.muon import Muon
 from refopt.rules.partition import Partition, RefoptWarning, matrix_labels
 from refopt.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
