@@ -38,8 +38,9 @@ def mlp_labels(params, first: str = "hidden", last: str = "other"):
 
 __all__ = [
     "tree", "autograd", "schedules", "value_and_grad", "grad", "check_grads", "check_grads_per_leaf", "check_grad_fn",
-    "OptState", "Rule", "init", "update", "update_", "direction", "eval_params", "save", "load", "Checkpoint", "CheckpointError", "msign",
-    "SGD", "Adam", "AdamW", "Lion", "Muon", "Hyperball", "Covariant", "Average", "EMA", "ClipByGlobalNorm",
+    "OptState", "Rule", "init", "update", "update_", "direction", "eval_params", "save", "load", "Checkpoint",
+    "CheckpointError", "msign",
+    "SGD", "Adam", "AdamW", "Lion", "Muon", "Hyperball", "Covariant", "Average", "EMA", "ClipByGlobalNorm", "LRTable",
     "ScheduleFreeSGD", "ScheduleFreeAdamW", "Partition", "RefoptWarning", "gpt_labels", "matrix_labels", "mlp_labels",
     "__version__",
 ]

@@ -33,7 +33,8 @@ How a rule plugs in (the contract between this walk and the rule math; :class:`R
 
 * ``init_leaf(x, path) -> NamedTuple`` and ``leaf_spec(x, path)``: the state of one array, and what it
   must look like (a tree like the state with :class:`ArraySpec` leaves for arrays and literal values).
-* ``init_global()``, ``check_params(paths)``, ``after_init(leaves, paths)``, ``context(t, glob) -> (ctx, glob)``, ``prepare(...)``.
+* ``init_global()``, ``check_params(paths)``, ``after_init(leaves, paths)``,
+  ``context(t, glob) -> (ctx, glob)``, ``prepare(...)``.
 * ``update_leaf(c, s, x, g, path) -> (x, s)`` **writes into** ``x`` and the arrays of ``s`` and must not
   write ``g``. :func:`update` hands it fresh copies and :func:`update_` the caller's own arrays, so both run
   the very same code and give bit-identical numbers.

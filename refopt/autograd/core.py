@@ -27,28 +27,18 @@ from .. import tree as _tree
 class Node:
     """A traced ndarray: the output of a primitive, or a parameter leaf being differentiated.
 
-    Supports the arithmetic operators (``+ - * / @ **``, unary ``-``, ``abs``), comparisons ``< <= > >=``
+    Supports (installed by :mod:`refopt.autograd.ops`) the arithmetic operators (``+ - * / @ **``, unary
+    ``-``, ``abs``), comparisons ``< <= > >=``
     (plain boolean arrays, not differentiable), indexing, ``.T``, ``.reshape``, ``.transpose``, ``.sum``,
     ``.mean``, the read-only attributes ``shape``, ``ndim``, ``dtype``, ``size``, and the NumPy
     functions that have a refopt primitive (``np.mean``, ``np.log1p``, ``np.where`` ...: see
-    :func:`refopt.autograd.ops.differentiable_names`); other NumPy functions raise TypeError. Constants (Python numbers, ndarrays) mix freely; a floating constant is cast to
-    the node's dtype so that float32 stays float32.
+    :func:`refopt.autograd.ops.differentiable_names`); other NumPy functions raise TypeError. Constants
+    (Python numbers, ndarrays) mix freely; a floating constant is cast to the node's dtype so that float32
+    stays float32.
     """
 
     __slots__ = ("value", "parents", "vjp", "__weakref__")
     __array_priority__ = 100.0
-
-    # ---- NumPy functions on traced values -------------------------------------------------------
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        """``np.log1p(x)``, ``np.maximum(x, 0)``, ``ndarray + x`` ... run the refopt primitive (traced);
-        comparisons (``np.greater``, ``x > 0``) give plain boolean arrays; anything else raises a
-        TypeError naming the missing primitive (never an object array or a silently dropped tape)."""
-        return _ops.array_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        """``np.mean(x)``, ``np.where(c, x, y)``, ``np.clip(x, lo, hi)`` ... run the refopt primitive;
-        other NumPy functions raise a TypeError listing the differentiable operations."""
-        return _ops.array_function(func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
         raise TypeError("np.asarray / np.array on a traced Node would drop the gradient; use "
@@ -74,33 +64,13 @@ class Node:
     def __bool__(self):
         raise TypeError("a traced Node has no truth value; branch on .value outside the traced math")
 
-    # ---- operators (defined in ops.py) ----------------------------------------------------------
-    def __add__(self, o): return _ops.add(self, o)
-    def __radd__(self, o): return _ops.add(o, self)
-    def __sub__(self, o): return _ops.sub(self, o)
-    def __rsub__(self, o): return _ops.sub(o, self)
-    def __mul__(self, o): return _ops.mul(self, o)
-    def __rmul__(self, o): return _ops.mul(o, self)
-    def __truediv__(self, o): return _ops.div(self, o)
-    def __rtruediv__(self, o): return _ops.div(o, self)
-    def __matmul__(self, o): return _ops.matmul(self, o)
-    def __rmatmul__(self, o): return _ops.matmul(o, self)
-    def __neg__(self): return _ops.neg(self)
-    def __pow__(self, p): return _ops.power(self, p)
-    def __abs__(self): return _ops.abs(self)
-    # comparisons are not differentiable: plain boolean arrays of the values (for where / masks)
+    # ---- the arithmetic operators, ``.T``, ``.reshape`` ... and NumPy's ``__array_ufunc__`` /
+    # ``__array_function__`` are installed on this class by refopt.autograd.ops (which defines the primitives),
+    # so that this module does not import ops. Comparisons are not differentiable: plain boolean arrays.
     def __lt__(self, o): return self.value < value(o)
     def __le__(self, o): return self.value <= value(o)
     def __gt__(self, o): return self.value > value(o)
     def __ge__(self, o): return self.value >= value(o)
-    def __getitem__(self, idx): return _ops.getitem(self, idx)
-
-    @property
-    def T(self): return _ops.transpose(self)
-    def transpose(self, *axes): return _ops.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
-    def reshape(self, *shape): return _ops.reshape(self, shape[0] if len(shape) == 1 else shape)
-    def sum(self, axis=None, keepdims=False): return _ops.sum(self, axis, keepdims)
-    def mean(self, axis=None, keepdims=False): return _ops.mean(self, axis, keepdims)
 
 
 def is_node(x: Any) -> bool:
@@ -249,7 +219,7 @@ def value_and_grad(f: Callable) -> Callable:
         out = f(_tree.unflatten(treedef, nodes), *args, **kwargs)
         out_value = _scalar_output(out)
         if out.value.shape != ():
-            out = _ops.reshape(out, ())
+            out = out.reshape(())
         cts = backward(out, nodes)
         seen: set[int] = set()
         grads = [np.zeros_like(leaf) if g is None else _owned(g, leaf, seen) for g, leaf in zip(cts, leaves)]
@@ -270,5 +240,3 @@ def grad(f: Callable) -> Callable:
     g.__name__ = f"grad({getattr(f, '__name__', 'f')})"
     return g
 
-
-from . import ops as _ops  # noqa: E402  (ops imports Node from this module)

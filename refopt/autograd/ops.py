@@ -464,3 +464,34 @@ def array_function(func, args, kwargs):
         _missing(f"numpy.{func.__name__}")
     impl, allowed = FUNCTIONS[func]
     return impl(*args, **_kw(func.__name__, kwargs, allowed))
+
+
+def _install_operators(cls) -> None:
+    """Node's operators and NumPy protocol, defined here with the primitives (core does not import ops)."""
+    ops = {
+        "__add__": lambda self, o: add(self, o), "__radd__": lambda self, o: add(o, self),
+        "__sub__": lambda self, o: sub(self, o), "__rsub__": lambda self, o: sub(o, self),
+        "__mul__": lambda self, o: mul(self, o), "__rmul__": lambda self, o: mul(o, self),
+        "__truediv__": lambda self, o: div(self, o), "__rtruediv__": lambda self, o: div(o, self),
+        "__matmul__": lambda self, o: matmul(self, o), "__rmatmul__": lambda self, o: matmul(o, self),
+        "__neg__": lambda self: neg(self), "__pow__": lambda self, p: power(self, p),
+        "__abs__": lambda self: abs(self), "__getitem__": lambda self, idx: getitem(self, idx),
+        "T": property(lambda self: transpose(self)),
+        "transpose": lambda self, *axes: transpose(self, axes[0] if len(axes) == 1 else (axes or None)),
+        "reshape": lambda self, *shape: reshape(self, shape[0] if len(shape) == 1 else shape),
+        "sum": lambda self, axis=None, keepdims=False: sum(self, axis, keepdims),
+        "mean": lambda self, axis=None, keepdims=False: mean(self, axis, keepdims),
+        "__array_ufunc__": lambda self, ufunc, method, *inputs, **kwargs: array_ufunc(ufunc, method, inputs, kwargs),
+        "__array_function__": lambda self, func, types, args, kwargs: array_function(func, args, kwargs),
+    }
+    for name, fn in ops.items():
+        setattr(cls, name, fn)
+    cls.__array_ufunc__.__doc__ = ("np.log1p(x), np.maximum(x, 0), ndarray + x ... run the refopt primitive "
+                                   "(traced); comparisons give plain boolean arrays; anything else raises a "
+                                   "TypeError naming the missing primitive.")
+    cls.__array_function__.__doc__ = ("np.mean(x), np.where(c, x, y), np.clip(x, lo, hi) ... run the refopt "
+                                      "primitive; other NumPy functions raise a TypeError listing the "
+                                      "differentiable operations.")
+
+
+_install_operators(Node)

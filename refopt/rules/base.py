@@ -121,7 +121,8 @@ class DirectionWrapper(Wrapper):
                 raise ValueError(f"{owner}: the schedule of the base rule {name} would be ignored (only its "
                                  f"direction is used); pass schedule= to {owner} instead")
             if r.decoupled_decay():
-                raise ValueError(f"{owner}: the base rule {name} has weight_decay={getattr(r, 'weight_decay', '?')} acting on the "
+                wd = getattr(r, "weight_decay", "?")
+                raise ValueError(f"{owner}: the base rule {name} has weight_decay={wd} acting on the "
                                  f"weights, not on the direction, so {owner} would drop it; set it to 0 (the norm "
                                  f"control of {owner} replaces weight decay)")
 

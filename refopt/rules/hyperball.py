@@ -60,8 +60,8 @@ class Hyperball(DirectionWrapper):
 
     Shapes/dtypes: any float32 / float64 array the base accepts; the state holds R (0-d, x's dtype) and
     the base state; scalars are computed in float64 and cast, so float32 stays float32.
-    Raises: ValueError for a bad base (see :meth:`~refopt.rules.base.DirectionWrapper.check_base`), lr < 0, radius <= 0 or not
-      finite; at :func:`refopt.init`, ValueError naming the array when radius is None and the array is
+    Raises: ValueError for a bad base (see :meth:`~refopt.rules.base.DirectionWrapper.check_base`), lr < 0,
+      radius <= 0 or not finite; at :func:`refopt.init`, ValueError naming the array when radius is None and the array is
       all zero (its sphere would be the single point 0 and it could never move: give ``radius`` or
       partition it to another rule), or when the array holds nan or inf; during a step,
       FloatingPointError naming the array when the weights or the base direction hold nan or inf.

@@ -6,9 +6,9 @@ modded-nanogpt; Moonlight). :class:`Partition` expresses this as one rule: each 
 *label*, each label a rule, in the manner of optax's ``partition`` (``multi_transform``) combinator.
 
 Labellings: the reference models give theirs as data, a tree of label strings shaped like the params
-(``refopt.models.gpt.labels(params)``, ``refopt.models.mlp.labels(params)``; ``refopt.gpt_labels`` and ``refopt.mlp_labels``
-are aliases), which checkpoints store; :func:`matrix_labels` (every 2-D array) is optax.contrib.muon's
-default (CONVENTIONS.md 2.4).
+(``refopt.models.gpt.labels(params)``, ``refopt.models.mlp.labels(params)``; ``refopt.gpt_labels`` and
+``refopt.mlp_labels`` are aliases), which checkpoints store; :func:`matrix_labels` (every 2-D array) is
+optax.contrib.muon's default (CONVENTIONS.md 2.4).
 """
 from __future__ import annotations
 
