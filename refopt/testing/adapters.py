@@ -252,9 +252,10 @@ class OptaxAdapter(Adapter):
     framework = "jax"
 
     def __init__(self, factory: Callable, kwargs: dict | None = None, layout: str = "refopt",
-                 name: str | None = None):
+                 name: str | None = None, jit: bool = True):
         from refopt.crosscheck.peers import require
 
+        self.jit = jit       # False: run the step eagerly (no compile per new shape; the properties do)
         self.jax = require("jax", "optax")
         self.optax = require("optax", "optax")
         self.factory, self.kwargs = factory, dict(kwargs or {})
@@ -281,7 +282,7 @@ class OptaxAdapter(Adapter):
                 updates, state = tx.update(grads, state, params)
                 return optax.apply_updates(params, updates), state
 
-            self._tx, self._jit = tx, self.jax.jit(step)
+            self._tx, self._jit, self._eager = tx, self.jax.jit(step), step
         return self._tx
 
     def _to_jax(self, xs):
@@ -302,7 +303,8 @@ class OptaxAdapter(Adapter):
         with self._scope():
             self._transform()
             try:
-                new, state = self._jit(self._to_jax(xs), state, self._to_jax(gs))
+                fn = self._jit if self.jit else self._eager
+                new, state = fn(self._to_jax(xs), state, self._to_jax(gs))
                 new = [from_layout(np.asarray(a), self.layout) for a in new]
             except Exception as e:
                 raise UserCodeError(f"{self.name}(...).update", e) from e

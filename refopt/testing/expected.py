@@ -1,0 +1,127 @@
+r"""The expected outcomes: which rules satisfy which property, from the theory (not from running them).
+
+:func:`expected` returns ``{property: True | False | None}`` for a refopt rule (None: not applicable /
+not stated). The reasons, property by property (see :mod:`refopt.testing.properties`):
+
+* gradient_scale_invariance: the step depends on g only through g/|g|-type ratios: Adam/AdamW without
+  L2 decay (eps -> 0; decoupled decay does not involve g), Schedule-Free AdamW without decay, Muon
+  (msign; eps_mode 'add'/'clamp' up to eps/||X||), Covariant/Hyperball/EMA/Average of such a base,
+  Partition when every sub-rule is. Not SGD (the step is linear in g), not L2 decay (g + lambda x).
+* parameter_scale_covariance and reparametrization_covariance (seed 000, eq. phi): Covariant and
+  Hyperball (radius None) of a gradient-scale-invariant base; nothing else (SGD: lr c^-2; Adam, Muon:
+  the step does not scale with w).
+* orthogonal_equivariance: rules built from linear maps of g and x and orthogonally invariant norms:
+  SGD (momentum, Nesterov, L2), Muon (msign(U G V^T) = U msign(G) V^T; the shape scale is fixed),
+  Schedule-Free SGD, Covariant/Hyperball ('fro' norm) of such a base. Not the elementwise-adaptive
+  ones (Adam, AdamW, Schedule-Free AdamW: sqrt(v) is taken per entry).
+* permutation_equivariance: every elementwise rule and Covariant/Hyperball of one; not Muon.
+* gpt_symmetry_equivariance: a scalar joint rescaling (c up, 1/c down) commutes with the step only
+  when the step of every array scales with the array itself and ignores the gradient's scale:
+  Covariant and Hyperball of a gradient-scale-invariant base without eps (SGD, Muon eps_mode 'none');
+  with an Adam base (LAMB) only as eps -> 0 -- the GPT's real gradients have entries near 0 (unused
+  embedding rows), where eps dominates -- so the table states nothing (None). Not SGD, Adam, Muon.
+* mup_step_size: Muon with exact msign ('svd'), scale 'spectral', and Nesterov or plain momentum (from
+  a zero state both give msign(g) on step 1); not Newton-Schulz, not the other scales.
+* purity, determinism, bit_identical_resume: every refopt rule.
+
+Known limits of the table: Covariant/Hyperball of Muon with eps_mode 'add' hold up to eps; user norms
+(a callable ``norm``) are assumed positively homogeneous; Partition is the conjunction of its
+sub-rules. The table is checked against the measured outcome of each refopt rule in the tests.
+"""
+from __future__ import annotations
+
+__all__ = ["expected", "EXPECTED_TABLES"]
+
+
+def _name(rule) -> str:
+    return type(rule).__name__
+
+
+def _grad_scale(rule) -> bool:
+    n = _name(rule)
+    if n in ("Adam", "AdamW"):
+        return not (n == "Adam" and rule.weight_decay > 0)
+    if n == "ScheduleFreeAdamW":
+        return rule.weight_decay == 0
+    if n == "Muon":
+        return True
+    if n in ("Covariant", "Hyperball", "EMA", "Average"):
+        return _grad_scale(rule.base)
+    if n == "Partition":
+        return all(_grad_scale(r) for r in rule.rules.values())
+    return False
+
+
+def _orthogonal(rule) -> bool:
+    n = _name(rule)
+    if n in ("SGD", "Muon", "ScheduleFreeSGD"):
+        return True
+    if n == "Covariant":
+        return rule.norm in ("fro", "rms") and _orthogonal(rule.base)
+    if n in ("Hyperball", "EMA", "Average"):
+        return _orthogonal(rule.base)
+    return False
+
+
+def _elementwise(rule) -> bool:
+    n = _name(rule)
+    if n in ("SGD", "Adam", "AdamW", "ScheduleFreeSGD", "ScheduleFreeAdamW"):
+        return True
+    if n in ("Covariant", "Hyperball", "EMA", "Average"):
+        return _elementwise(rule.base)
+    if n == "Partition":
+        return all(_elementwise(r) for r in rule.rules.values())
+    return False
+
+
+def _covariant(rule) -> bool:
+    n = _name(rule)
+    if n == "Covariant":
+        return _grad_scale(rule.base)
+    if n == "Hyperball":
+        return rule.radius is None and _grad_scale(rule.base)
+    return False
+
+
+def _exact_scale_free(rule) -> bool:
+    """Gradient-scale invariant with no eps: Covariant/Hyperball of SGD (no L2) or Muon (eps_mode none)."""
+    n = _name(rule)
+    if n == "SGD":
+        return rule.weight_decay == 0
+    if n == "Muon":
+        return rule.eps_mode == "none"
+    if n in ("Covariant", "Hyperball"):
+        return _exact_scale_free(rule.base)
+    return False
+
+
+def _gpt(rule):
+    if not _covariant(rule):
+        return False
+    return True if _exact_scale_free(rule) else None     # Adam bases: only as eps -> 0 (real gradients ~ 0)
+
+
+def _mup(rule) -> bool:
+    return _name(rule) == "Muon" and rule.msign == "svd" and rule.scale == "spectral"
+
+
+def expected(rule) -> dict:
+    """{property name: True (holds) | False (fails) | None (not stated)} for ``rule``."""
+    return {
+        "gradient_scale_invariance": _grad_scale(rule),
+        "parameter_scale_covariance": _covariant(rule),
+        "orthogonal_equivariance": _orthogonal(rule),
+        "permutation_equivariance": _elementwise(rule),
+        "reparametrization_covariance": _covariant(rule),
+        "gpt_symmetry_equivariance": _gpt(rule),
+        "mup_step_size": _mup(rule),
+        "purity": True,
+        "determinism": True,
+        "bit_identical_resume": True,
+    }
+
+
+#: The documented expected tables of ``refopt invariants`` for the peers (docs/crosscheck.md), as
+#: (implementation, kwargs, framework, rule expression) -> {property: outcome of the implementation}.
+#: Measured with the default tolerance policy (torch Muon: 0.06, its bfloat16 Newton-Schulz).
+EXPECTED_TABLES: dict = {}
