@@ -130,8 +130,10 @@ def _sha256(a: np.ndarray) -> str:
 
 
 def _peers_for(rule) -> dict:
-    """{peer: preset} for the (non-gap, correct) presets whose refopt rule equals ``rule``."""
-    from refopt.crosscheck.presets import PRESETS
+    """{peer: preset} for the (non-gap, correct) presets whose refopt rule equals ``rule``; for a peer with
+    no such hand-written preset, the preset matched by hyperparameters (:mod:`refopt.crosscheck.match`)."""
+    from refopt.crosscheck.match import preset_for
+    from refopt.crosscheck.presets import PEERS, PRESETS
 
     out = {}
     for p in PRESETS:
@@ -143,7 +145,12 @@ def _peers_for(rule) -> dict:
             same = False
         if same:
             out[p.peer] = p
-    return out
+    for peer in PEERS:
+        if peer not in out:
+            p = preset_for(rule, peer)
+            if p is not None:
+                out[peer] = p
+    return {k: out[k] for k in PEERS if k in out}
 
 
 def _refopt_tolerance(case: GoldenCase, dtype: str) -> float:
@@ -211,6 +218,54 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.write("\n")
     return base
+
+
+def slug(expr: str) -> str:
+    """A file-name stem for a rule expression: 'AdamW(lr=1e-3, weight_decay=0.1)' -> 'adamw_lr_1e-3_weight_decay_0.1'."""
+    import re
+    out = re.sub(r"[^A-Za-z0-9.+-]+", "_", expr).strip("_").lower()
+    return out[:100] or "rule"
+
+
+def export_rule(out_dir: str, expr, name: str | None = None, problems=("quadratic", "stream", "mlp", "gpt"),
+                steps: int = 50, dtype: str = "float64", seed: int = 0) -> list[str]:
+    """Export any rule configuration: ``expr`` is a rule expression (``"Adam(beta2=0.95)"``, parsed by
+    :func:`refopt.crosscheck.expr.parse_rule`) or a rule. The stem is ``<name>__<problem>__<dtype>`` with
+    ``name`` a slug of the expression by default; the recorded state fields are every per-leaf state array
+    of the rule; the manifest's ``peers`` are matched by hyperparameters. Raises ValueError for a bad
+    expression, name, problem or dtype."""
+    from refopt.crosscheck.expr import parse_rule, to_expr
+    from refopt.testing.adapters import RuleAdapter
+
+    rule = parse_rule(expr) if isinstance(expr, str) else expr
+    text = expr if isinstance(expr, str) else to_expr(rule)
+    if name is None:
+        name = slug(text)
+    if not isinstance(name, str) or not name or "/" in name or "__" in name or name.startswith("."):
+        raise ValueError(f"--name must be a plain file stem without '/' or '__', got {name!r}")
+    case = case_for_rule(rule, name, f"rule expression {text}")
+    return [export_case(out_dir, case, p, steps, dtype, seed) for p in problems]
+
+
+def case_for_rule(rule, name: str, conventions: str = "") -> GoldenCase:
+    """A :class:`GoldenCase` for any rule: state fields are the rule's per-leaf state arrays, matrix_only
+    when the rule refuses 1-D arrays (Muon)."""
+    import refopt
+    from refopt.testing.adapters import RuleAdapter
+
+    try:
+        refopt.init(rule, [np.ones(3)])
+        matrix_only = False
+        probe = [np.ones(3)]
+    except ValueError:
+        matrix_only = True
+        probe = [np.ones((3, 2))]
+    a = RuleAdapter(rule)
+    try:
+        fields = tuple(a.state_arrays(a.init(probe)))
+    except ValueError:
+        fields = ()
+    return GoldenCase(name, lambda: rule, conventions or repr(rule), fields, matrix_only)
 
 
 def _plain(v):
@@ -356,12 +411,14 @@ def check_file(path: str, against: str = "refopt"):
     else:
         if against not in peer_mod.INSTALL:
             raise ValueError(f"--against must be refopt or one of {sorted(peer_mod.INSTALL)}, got {against!r}")
+        from refopt.crosscheck.match import preset_for
+
         entry = m.get("peers", {}).get(against)
-        if entry is None:
-            return Result(**base, status="skip", message=f"no {against} preset reproduces this rule")
-        preset = next((p for p in PRESETS if p.name == entry["preset"]), None)
+        preset = None if entry is None else next((p for p in PRESETS if p.name == entry["preset"]), None)
+        if preset is None:      # matched by hyperparameters (also for files written without a peers entry)
+            preset = preset_for(rule_from_json(m["rule"]["json"]), against)
         if preset is None:
-            return Result(**base, status="skip", message=f"preset {entry['preset']!r} no longer exists")
+            return Result(**base, status="skip", message=f"no {against} preset reproduces this rule")
         ok, why = peer_mod.available(against)
         if not ok:
             return Result(**base, status="skip", message=why)
