@@ -23,7 +23,7 @@ Adam / AdamW (g includes L2 decay where the rule has it; mhat = m/(1-b1^t), vhat
 SGD
     ``momentum dampening on step 1``  b_1 = (1 - tau) g_1 (torch leaves the first buffer undampened)
     ``EMA momentum``               b = mu b + (1 - mu) g (dampening = momentum)
-    ``Nesterov with the previous buffer``  u = g + mu b_{t-1};  ``no Nesterov``;  ``Nesterov``
+    ``no Nesterov``;  ``Nesterov``;  ``no momentum``;  ``momentum 0.9`` (not given)
     ``decoupled decay`` / ``decay applied after the update`` (for the L2 of the rule)
 Muon
     ``layout transposed`` (the rule on W^T), ``scale='...'`` (spectral, jordan, rms_match, none),
@@ -323,9 +323,7 @@ def _sgd(rule) -> list[Variant]:
                        dampening=rule.momentum, dampen_first=True, nesterov="none"))
         out.append(sgd("EMA momentum, first buffer undampened", "b_1 = g_1, then b = mu b + (1 - mu) g",
                        dampening=rule.momentum, nesterov="none"))
-        if rule.nesterov:
-            out.append(sgd("Nesterov with the previous buffer", "u = g + mu b_{t-1} (torch uses the updated "
-                           "buffer: u = g + mu b_t)", nesterov="previous"))
+        if rule.nesterov:      # (u = g + mu b_{t-1} is exactly u = b_t without dampening: no separate variant)
             out.append(sgd("no Nesterov", "u = b", nesterov="none"))
         else:
             out.append(sgd("Nesterov", "u = g + mu b_t", nesterov="standard"))

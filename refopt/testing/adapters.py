@@ -158,6 +158,16 @@ class _TorchState:
         self.opt, self.params = opt, params
 
 
+def _clone(opt, memo: dict):
+    """A deep copy of a torch optimizer *with all its attributes* (``copy.deepcopy`` goes through
+    ``Optimizer.__getstate__``, which keeps only defaults, state and param_groups and would drop a
+    subclass's own attributes)."""
+    new = opt.__class__.__new__(opt.__class__)
+    memo[id(opt)] = new
+    new.__dict__.update(copy.deepcopy(opt.__dict__, memo))
+    return new
+
+
 class TorchAdapter(Adapter):
     """A ``torch.optim.Optimizer`` subclass or a factory ``factory(params, **kwargs) -> optimizer``."""
 
@@ -196,7 +206,7 @@ class TorchAdapter(Adapter):
         torch = self.torch
         xs, gs, _, td = T.check_like(params, grads)
         memo: dict = {}
-        opt = copy.deepcopy(state.opt, memo)
+        opt = _clone(state.opt, memo)
         ps = [memo.get(id(p), p) for p in state.params]
         with torch.no_grad():
             for p, x in zip(ps, xs):
