@@ -5,7 +5,8 @@ not stated). The reasons, property by property (see :mod:`refopt.testing.propert
 
 * gradient_scale_invariance: the step depends on g only through g/|g|-type ratios: Adam/AdamW without
   L2 decay (eps -> 0; decoupled decay does not involve g), Schedule-Free AdamW without decay, Muon
-  (msign; eps_mode 'add'/'clamp' up to eps/||X||), Covariant/Hyperball/EMA/Average of such a base,
+  (msign; eps_mode 'add'/'clamp' up to eps/||X||), Covariant/Hyperball of such a base or of SGD
+  without L2 (u/||u|| removes a scale of u that is homogeneous in g), EMA/Average of an invariant base,
   Partition when every sub-rule is. Not SGD (the step is linear in g), not L2 decay (g + lambda x).
 * parameter_scale_covariance and reparametrization_covariance (seed 000, eq. phi): Covariant and
   Hyperball (radius None) of a gradient-scale-invariant base; nothing else (SGD: lr c^-2; Adam, Muon:
@@ -45,11 +46,18 @@ def _grad_scale(rule) -> bool:
         return rule.weight_decay == 0
     if n == "Muon":
         return True
-    if n in ("Covariant", "Hyperball", "EMA", "Average"):
+    if n in ("Covariant", "Hyperball"):      # u/||u||: a base direction homogeneous in g suffices
+        return _normalisable(rule.base)
+    if n in ("EMA", "Average"):
         return _grad_scale(rule.base)
     if n == "Partition":
         return all(_grad_scale(r) for r in rule.rules.values())
     return False
+
+
+def _normalisable(base) -> bool:
+    """u(c g) = c^k u(g) for c > 0: scale-invariant bases and SGD without L2 (k = 1, eq. elr-g)."""
+    return _grad_scale(base) or (_name(base) == "SGD" and base.weight_decay == 0)
 
 
 def _orthogonal(rule) -> bool:
@@ -77,9 +85,9 @@ def _elementwise(rule) -> bool:
 def _covariant(rule) -> bool:
     n = _name(rule)
     if n == "Covariant":
-        return _grad_scale(rule.base)
+        return _normalisable(rule.base)
     if n == "Hyperball":
-        return rule.radius is None and _grad_scale(rule.base)
+        return rule.radius is None and _normalisable(rule.base)
     return False
 
 
