@@ -64,7 +64,10 @@ class GoldenCase:
 def _catalog() -> list[GoldenCase]:
     from refopt.rules.adam import Adam, AdamW
     from refopt.rules.averaging import EMA, Average
+    from refopt.rules.covariant import Covariant
+    from refopt.rules.hyperball import Hyperball
     from refopt.rules.muon import Muon
+    from refopt.rules.partition import Partition, matrix_labels
     from refopt.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
     from refopt.rules.sgd import SGD
     from refopt.schedules import warmup_cosine
@@ -117,6 +120,18 @@ def _catalog() -> list[GoldenCase]:
                    "debiased EMA of the iterates (optax.ema fed the iterates)", ("mu", "base.b")),
         GoldenCase("average_adam", lambda: Average(Adam(lr=1e-2)), "uniform average of the iterates (1/t)",
                    ("mu", "base.m", "base.v")),
+        # issue 11: Covariant (= optax.lamb / optax.lars without momentum), Hyperball, Partition
+        GoldenCase("covariant_adam", lambda: Covariant(Adam(eps=1e-6), lr=1e-2),
+                   "Covariant(Adam): W - lr ||W|| u/||u|| (seed 000, eq. elr-u) = optax.lamb(weight_decay=0)",
+                   ("base.m", "base.v")),
+        GoldenCase("covariant_sgd", lambda: Covariant(SGD(weight_decay=1e-3), lr=1e-2),
+                   "Covariant(SGD) with L2 in g (eq. elr-g) = optax.lars(momentum=0, trust_coefficient=1)"),
+        GoldenCase("hyperball_muon", lambda: Hyperball(Muon(lr=0.02), lr=0.05),
+                   "MuonH: W <- R N(W - lr R N(u)), R = ||W_0||_F (seed 000 Hyperball, seed 002)", ("base.m",),
+                   True),
+        GoldenCase("partition_muon_adamw", lambda: Partition({"hidden": Muon(lr=0.02), "other": AdamW(lr=1e-2)},
+                                                             labels=matrix_labels),
+                   "Partition: Muon on the matrices, AdamW on the rest (optax.contrib.muon's split)"),
     ]
 
 
