@@ -18,8 +18,11 @@ steps, stored as a pair of files with the same stem ``<case>__<problem>__<dtype>
     ``rule``: ``{"name", "hyperparameters", "json"}`` (``json`` is :func:`refopt.checkpoint.rule_to_json`,
     so ``rule_from_json`` rebuilds the rule); ``conventions``: the convention facts in words;
     ``peers``: ``{peer: preset name}`` for the peer optimizers that reproduce the rule
-    (:data:`refopt.crosscheck.presets.PRESETS`), with their ``peer_call`` (in words), ``constructor`` and
-    ``kwargs`` (e.g. ``"AdamW"``, ``{"lr": 0.01}``), ``layout`` and ``tolerance``;
+    (:data:`refopt.crosscheck.presets.PRESETS`, else matched by hyperparameters,
+    :mod:`refopt.crosscheck.match`), with their ``peer_call`` (in words), ``constructor`` and ``kwargs``
+    (e.g. ``"AdamW"``, ``{"lr": 0.01}``), ``layout``, ``state`` ({refopt field: peer state key}; files
+    written before issue 11 lack it) and ``tolerance`` ({figure: bound}, e.g. {"params": 1e-12,
+    "state": 1e-12}); ``{}`` when no peer reproduces the rule;
     ``leaves``: ``[{"index", "path", "shape"}]``; ``state_fields``; ``tolerance``: the max-norm relative
     difference allowed when refopt replays its own file; ``arrays``: for every array name
     ``{"shape", "dtype", "sha256"}`` where sha256 is the hex digest of the array's raw C-order bytes.
@@ -217,7 +220,7 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
                  "json": rule_to_json(rule)},
         "conventions": case.conventions,
         "peers": {k: {"preset": p.name, "peer_call": p.describe_peer(), "constructor": p.peer_call[0],
-                      "kwargs": _plain(p.peer_call[1]), "layout": p.layout,
+                      "kwargs": _plain(p.peer_call[1]), "layout": p.layout, "state": dict(p.state),
                       "tolerance": p.tol.for_dtype(dtype, problem), "why": p.why} for k, p in peers.items()},
         "leaves": [{"index": i, "path": path, "shape": list(x.shape)}
                    for i, (path, x) in enumerate(zip(prob.paths, prob.leaves))],
