@@ -111,3 +111,30 @@ def test_readme_example_runs():
     exec(code, ns)
     assert not ns["result"].agree and ns["result"].best.name == "decoupled decay (lr-coupled)"
     assert ns["report"].exit_code == 0
+
+
+def test_averaging_identities_seed004_and_negative_control():
+    for rule in (refopt.Average(refopt.Adam(lr=0.01)), refopt.ScheduleFreeSGD(lr=0.5, beta=0.9),
+                 refopt.ScheduleFreeAdamW(lr=0.05)):
+        o = P.averaging_identities(RuleAdapter(rule), max_examples=3)
+        assert o.holds and o.err <= 1e-12 and expected(rule)["averaging_identities"] is True
+
+    class OffAverage(RuleAdapter):          # an average that is 0.1 % off must be caught
+        def state_arrays(self, state):
+            d = super().state_arrays(state)
+            return {**d, "mu": [None if a is None else a * 1.001 for a in d["mu"]]}
+    o = P.averaging_identities(OffAverage(refopt.Average(refopt.SGD(lr=0.1))), max_examples=3)
+    assert o.holds is False and o.err > 1e-4
+    assert P.averaging_identities(RuleAdapter(refopt.SGD()), max_examples=2).holds is None
+
+
+def test_documented_table_torch_sgd():
+    """The whole `refopt invariants` table of torch.optim.SGD matches EXPECTED_TABLES (docs/crosscheck.md)."""
+    torch = pytest.importorskip("torch")
+    from refopt.testing.expected import EXPECTED_TABLES
+    row = EXPECTED_TABLES["torch.optim.SGD"]
+    rep = P.invariants(torch.optim.SGD, row["rule"], row["kwargs"], max_examples=3,
+                       properties=[p for p in row["outcomes"] if p != "gpt_symmetry_equivariance"])
+    assert rep.exit_code == 0
+    got = rep.outcomes()
+    assert {k: got[k] for k in got} == {k: v for k, v in row["outcomes"].items() if k in got}, rep.table()

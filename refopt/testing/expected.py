@@ -24,6 +24,8 @@ not stated). The reasons, property by property (see :mod:`refopt.testing.propert
   embedding rows), where eps dominates -- so the table states nothing (None). Not SGD, Adam, Muon.
 * mup_step_size: Muon with exact msign ('svd'), scale 'spectral', and Nesterov or plain momentum (from
   a zero state both give msign(g) on step 1); not Newton-Schulz, not the other scales.
+* averaging_identities (seed 004, eqs. 2 and 18): refopt's Average, and Schedule-Free with a constant lr,
+  no warmup and r = 0 (then every weight c_t = 1/t); not stated for other rules.
 * purity, determinism, bit_identical_resume: every refopt rule.
 
 Known limits of the table: Covariant/Hyperball of Muon with eps_mode 'add' hold up to eps; user norms
@@ -127,6 +129,9 @@ def expected(rule) -> dict:
         "reparametrization_covariance": _covariant_exact(rule),
         "gpt_symmetry_equivariance": _covariant_exact(rule),
         "mup_step_size": _mup(rule),
+        "averaging_identities": True if _name(rule) == "Average" or (
+            _name(rule).startswith("ScheduleFree") and rule.schedule is None and not rule.warmup_steps
+            and rule.r == 0 and rule.weight_lr_power in (0.0, 2.0)) else None,
         "purity": True,
         "determinism": True,
         "bit_identical_resume": True,

@@ -31,6 +31,9 @@ stream (open loop), ``D = max_t max|x_t - x_0|`` the size of the motion, errors 
     ||dW||_2 = lr * sqrt(fan_out / fan_in) (refopt layout (fan_in, fan_out)); err = | ||dW||_2 /
     (lr sqrt(fan_out/fan_in)) - 1 |. Muon with exact msign and scale 'spectral'; not Newton-Schulz
     (singular values in about [0.7, 1.2]), not the 'jordan' / 'rms_match' scales, not SGD or Adam.
+``averaging_identities``       seed 004, eqs. (2) and (18): for a refopt ``Average`` the average is the mean
+    of the iterates; for Schedule-Free (constant lr) x_t is the mean of z_1..z_t and the returned point
+    is y_t = (1 - beta) z_t + beta x_t (1e-12). Needs the averaged weights: n/a for other adapters.
 ``purity``                     init and step leave their inputs untouched (bit for bit).
 ``determinism``                two runs from the same inputs are bit-identical.
 ``bit_identical_resume``       stopping after step 1, saving the state through the implementation's own
@@ -373,6 +376,46 @@ def bit_identical_resume(adapter, *, max_examples=5, matrix_only=False, dtype=np
     return run_property("bit_identical_resume", _case(matrix_only, dtype), _guard(run), max_examples, 0.0)
 
 
+def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_):
+    """seed 004, eq. (2) and (18), on a refopt rule that exposes its averages (n/a otherwise):
+    Average: mu_t = (1 - 1/t) mu_{t-1} + (1/t) theta_t, i.e. the mean of the iterates (eq. 2, c_t = 1/t);
+    Schedule-Free (constant lr, no warmup, r = 0): x_t = mean of z_1..z_t (eq. 18's mu with c = 1/t)
+    and the gradient point y_t = (1 - beta) z_t + beta x_t. err: max-norm relative difference."""
+    rule = getattr(adapter, "rule", None)
+    name = type(rule).__name__
+    sf = name.startswith("ScheduleFree") and rule.schedule is None and not rule.warmup_steps and rule.r == 0 \
+        and rule.weight_lr_power in (0.0, 2.0)
+    if not (name == "Average" or sf):
+        return Outcome("averaging_identities", None, note="needs the averaged weights of a refopt Average or "
+                                                          "Schedule-Free rule")
+    beta = getattr(rule, "beta", getattr(rule, "beta1", None))
+
+    def check(case):
+        s = adapter.init([a.copy() for a in case["x0"]])
+        x = [a.copy() for a in case["x0"]]
+        seen, err = [], 0.0
+        for g in case["grads"]:
+            x, s = adapter.step(s, x, g)
+            st = adapter.state_arrays(s)
+            if name == "Average":
+                seen.append([np.asarray(a, np.float64) for a in x])
+                mean = [np.mean([v[i] for v in seen], axis=0) for i in range(len(x))]
+                got = st["mu"]
+            else:
+                seen.append([np.asarray(a, np.float64) for a in st["z"]])
+                mean = [np.mean([v[i] for v in seen], axis=0) for i in range(len(x))]
+                got = st["x"]
+                y = [(1 - beta) * np.asarray(z, np.float64) + beta * np.asarray(a, np.float64)
+                     for z, a in zip(st["z"], st["x"])]
+                err = max(err, max(float(np.max(np.abs(u - np.asarray(v)))) / float(np.max(np.abs(u)))
+                                   for u, v in zip(y, x)))
+            err = max(err, max(float(np.max(np.abs(m - np.asarray(a)))) / float(np.max(np.abs(m)))
+                               for m, a in zip(mean, got)))
+        return err
+    return run_property("averaging_identities", _case(matrix_only, dtype), check, max_examples,
+                        1e-12 if dtype == np.float64 else 1e-5)
+
+
 PROPERTIES: list[Property] = [
     Property("gradient_scale_invariance", "x_t(x_0; c g) = x_t(x_0; g), c > 0", "seed 000 (c2 in eq. phi)",
              gradient_scale_invariance),
@@ -388,6 +431,8 @@ PROPERTIES: list[Property] = [
              "seed 000, joint symmetries", gpt_symmetry_equivariance),
     Property("mup_step_size", "||dW||_2 = lr sqrt(fan_out/fan_in) (exact msign)", "seed 001, seed 003",
              mup_step_size),
+    Property("averaging_identities", "mu_t = mean of the iterates; y = (1-beta) z + beta x",
+             "seed 004, eqs. (2) and (18)", averaging_identities),
     Property("purity", "inputs untouched", "refopt's pure API", purity),
     Property("determinism", "same inputs, same bits", "structural", determinism),
     Property("bit_identical_resume", "checkpoint + resume = straight run, bit for bit", "structural",
