@@ -115,6 +115,7 @@ def test_golden_export_rule(tmp_path, capsys):
     assert main(["golden", "export", d, "--rule", "Covariant(Adam(eps=1e-6), lr=0.01)", "--name", "lamb",
                  "--problems", "stream", "--steps", "3"]) == 0
     m = json.load(open(os.path.join(d, "lamb__stream__float64.json")))
-    assert m["peers"]["optax"]["constructor"] == "lamb" and m["peers"]["optax"]["kwargs"] == {"learning_rate": 0.01}
+    assert m["peers"]["optax"]["constructor"] == "lamb" and m["peers"]["optax"]["kwargs"] == {"learning_rate": 0.01,
+                                                                                         "weight_decay": 0.0}
     assert main(["golden", "export", d, "--rule", "Adam(", "--steps", "3"]) == 2
     assert main(["golden", "export", d, "--rule", "Adam()", "--name", "a/b"]) == 2
