@@ -138,3 +138,49 @@ def test_documented_table_torch_sgd():
     assert rep.exit_code == 0
     got = rep.outcomes()
     assert {k: got[k] for k in got} == {k: v for k, v in row["outcomes"].items() if k in got}, rep.table()
+
+
+def test_strategies_draw_what_they_promise():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from refopt.testing import strategies as S
+
+    @settings(max_examples=15, deadline=None, derandomize=True, database=None)
+    @given(m=S.matrices(), kind=st.sampled_from(["well", "ill", "rank_deficient"]), data=st.data())
+    def check(m, kind, data):
+        a = data.draw(S.matrices(kind))
+        sv = np.linalg.svd(a, compute_uv=False)
+        if kind == "well":
+            assert sv.min() >= 0.5 - 1e-12 and sv.max() <= 2 + 1e-12
+        elif kind == "rank_deficient" and min(a.shape) > 1:
+            assert sv.min() <= 1e-12 * sv.max()
+        n = data.draw(st.integers(1, 6))
+        q = data.draw(S.orthogonal(n))
+        assert np.allclose(q.T @ q, np.eye(n), atol=1e-13)
+        c = data.draw(S.positive_scales(1e-2, 1e2, 2.0))
+        assert 1e-2 * (1 - 1e-12) <= c <= 1e2 * (1 + 1e-12) and (c >= 2 - 1e-12 or c <= 0.5 + 1e-12)
+        tree = data.draw(S.pytrees(matrix=True))
+        assert all(x.ndim == 2 and min(x.shape) >= 2 for x in tree)
+        rule = data.draw(S.rule_configs())
+        assert isinstance(rule, refopt.Rule)
+        stream = data.draw(S.gradient_streams([(2, 3)], steps=2))
+        assert len(stream) == 2 and stream[0][0].shape == (2, 3) and np.abs(stream[0][0]).min() > 0
+    check()
+
+
+def test_missing_hypothesis_message(monkeypatch):
+    import builtins
+    import sys
+
+    import refopt.testing as T
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name == "hypothesis" or name.startswith("hypothesis."):
+            raise ImportError("No module named 'hypothesis'")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", fake)
+    monkeypatch.delitem(sys.modules, "refopt.testing.properties", raising=False)
+    with pytest.raises(ImportError, match=r'pip install "refopt\[testing\]"'):
+        T.invariants
