@@ -141,3 +141,13 @@ def test_numpy_kind_and_user_errors():
         check_impl(Broken(), "SGD(lr=0.1)", framework="numpy", steps=2, problems=("quadratic",))
     x = [np.ones(3)]
     assert np.array_equal(x[0], np.ones(3))
+
+
+def test_lamb_zero_norm_gap_is_named():
+    """optax.lamb on the MLP (zero-initialised biases): optax's trust ratio is 1 at a zero norm, refopt's
+    Covariant makes no step -- the documented gap, diagnosed by name."""
+    optax = pytest.importorskip("optax")
+    r = check_impl(optax.lamb, "Covariant(Adam(eps=1e-6), lr=0.01)", {"learning_rate": 0.01}, "jax", steps=5,
+                   problems=("mlp",))
+    assert not r.agree and r.best.name == "trust ratio 1 at a zero norm" and r.best.reproduces, r.report()
+    assert r.problems[0].first[1].endswith(".b")

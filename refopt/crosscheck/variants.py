@@ -34,7 +34,8 @@ Schedule-Free
 EMA
     ``debias`` flipped, ``start`` variants where the rule has the field
 Covariant (LAMB / LARS)
-    the variants of the base rule inside; ``momentum after the trust ratio`` (optax.lars with momentum)
+    the variants of the base rule inside; ``momentum after the trust ratio`` (optax.lars with momentum);
+    ``trust ratio 1 at a zero norm`` (optax's convention: a zero array moves by -lr u)
 
 Variants that equal the rule for its hyperparameters (e.g. the decay variants when weight_decay = 0)
 are left out.
@@ -208,6 +209,31 @@ class TrustRatioThenMomentum(_ListStepper):
         b += u
         x -= _c(self.lr, d) * b
         return x
+
+
+class TrustRatioOneAtZero(Adapter):
+    """Covariant with optax's zero-norm convention (scale_by_trust_ratio): the step is
+    -lr * ratio * u with ratio = ||x|| / ||u||, and ratio = 1 when either norm is 0 (refopt: no step)."""
+
+    framework = "refopt"
+
+    def __init__(self, rule):
+        self.rule, self.name = rule, "trust ratio 1 at a zero norm"
+
+    def init(self, params):
+        import refopt
+        return refopt.init(self.rule.base, params)
+
+    def step(self, state, params, grads):
+        import refopt
+        xs, _, td = T.flatten(params)
+        u, state = refopt.direction(self.rule.base, state, [np.array(x) for x in xs], grads)
+        out = []
+        for x, d in zip(xs, u):
+            wn, un = float(np.linalg.norm(x.astype(np.float64))), float(np.linalg.norm(d.astype(np.float64)))
+            ratio = wn / un if wn > 0 and un > 0 else 1.0
+            out.append(x - _c(self.rule.lr * ratio, x.dtype) * d)
+        return T.unflatten(td, out), state
 
 
 class TransposedRule(RuleAdapter):
@@ -403,6 +429,10 @@ def _covariant(rule) -> list[Variant]:
     out = [Variant(f"{v.name} (base)", v.detail, _wrap(rule, v)) for v in variants(rule.base)
            if type(v.make()) is RuleAdapter]
     b = rule.base
+    if rule.schedule is None and rule.norm == "fro":
+        out.append(Variant("trust ratio 1 at a zero norm", "at ||x|| = 0 or ||u|| = 0 the step is -lr u (optax's "
+                           "scale_by_trust_ratio: LAMB, LARS) where refopt's Covariant makes no step",
+                           lambda: TrustRatioOneAtZero(rule)))
     if isinstance(b, SGD) and b.momentum > 0 and rule.schedule is None:
         out.append(Variant("momentum after the trust ratio", "u = ||x||/||g|| g, then b = mu b + u, x -= lr b "
                            "(optax.lars order) in place of the trust ratio of the momentum direction",
