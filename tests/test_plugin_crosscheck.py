@@ -151,3 +151,10 @@ def test_lamb_zero_norm_gap_is_named():
                    problems=("mlp",))
     assert not r.agree and r.best.name == "trust ratio 1 at a zero norm" and r.best.reproduces, r.report()
     assert r.problems[0].first[1].endswith(".b")
+
+
+def test_known_gap_preset_is_reported_not_run():
+    from refopt.crosscheck.presets import KNOWN_GAPS
+    from refopt.crosscheck.run import run_preset
+    r = run_preset(KNOWN_GAPS[0], "mlp", 3)
+    assert r.status == "gap" and "ratio 1" in r.message

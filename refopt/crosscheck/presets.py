@@ -289,11 +289,6 @@ _OPTAX = [
            problems_why="the MLP and GPT have zero-initialised biases: at a zero norm optax's trust ratio is 1 "
                         "(step -lr*u) while refopt's Covariant makes no step (the known gap, preset "
                         "'optax.lamb/lars at a zero norm')"),
-    Preset("optax.lamb/lars at a zero norm", "optax", "covariant", ("lamb", dict(learning_rate=1e-2)), None,
-           "trust ratio at ||x|| = 0 or ||u|| = 0",
-           gap="optax's scale_by_trust_ratio uses ratio 1 when either norm is 0, so a zero array (e.g. a "
-               "zero-initialised bias) moves by -lr*u; refopt's Covariant makes no step there (PITFALLS B11: "
-               "a zero weight has ELR 0). Give such arrays another rule with refopt.Partition."),
     Preset("optax.lars(momentum=0,trust_coefficient=1)", "optax", "covariant",
            ("lars", dict(learning_rate=1e-2, momentum=0.0, trust_coefficient=1.0, weight_decay=1e-3)),
            lambda: _cov()(SGD(weight_decay=1e-3), lr=1e-2),
@@ -335,6 +330,17 @@ _SF = [
 ]
 
 PRESETS: list[Preset] = _TORCH + _OPTAX + _SF
+
+#: Known gaps of the presets above that refopt does not reproduce by design (reported, never run): kept
+#: out of PRESETS, whose optax rows are all reproduced. The plug-in cross-check names this one as the
+#: convention variant "trust ratio 1 at a zero norm" (refopt.crosscheck.variants).
+KNOWN_GAPS: list[Preset] = [
+    Preset("optax.lamb/lars at a zero norm", "optax", "covariant", ("lamb", dict(learning_rate=1e-2)), None,
+           "trust ratio at ||x|| = 0 or ||u|| = 0",
+           gap="optax's scale_by_trust_ratio uses ratio 1 when either norm is 0, so a zero array (e.g. a "
+               "zero-initialised bias) moves by -lr*u; refopt's Covariant makes no step there (PITFALLS B11: "
+               "a zero weight has ELR 0). Give such arrays another rule with refopt.Partition."),
+]
 
 # ------------------------------------------------------------------------------------------------------
 # Deliberately wrong presets: each must FAIL (they prove the tolerances catch real convention errors).
