@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="peer torch not installed")
 import wrong_impls as W  # noqa: E402  (tests/ is on sys.path under pytest)
 
 PROBLEMS = ("stream", "quadratic")
-STEPS = 20
+STEPS = 10
 
 
 def _check(impl, rule, kwargs, framework=None, layout=None, problems=PROBLEMS):

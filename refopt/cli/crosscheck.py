@@ -5,7 +5,7 @@ initial params and the same gradient sequence (computed along refopt's trajector
 and state after every step. Exit status 1 if any row fails (or a deliberately wrong preset is not
 caught with --negative), 2 for a usage error or a requested peer that is not installed.
 
-Your own implementation (docs/crosscheck.md, "Check your own optimizer")::
+Your own implementation (docs/crosscheck.md, "Your own implementation")::
 
     refopt crosscheck --impl MODULE_OR_FILE.py:NAME [--kwargs JSON] --rule "EXPR" [--steps N] [--dtype D]
                       [--framework torch|jax|numpy] [--layout torch|refopt]
