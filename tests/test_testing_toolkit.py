@@ -184,3 +184,13 @@ def test_missing_hypothesis_message(monkeypatch):
     monkeypatch.delitem(sys.modules, "refopt.testing.properties", raising=False)
     with pytest.raises(ImportError, match=r'pip install "refopt\[testing\]"'):
         T.invariants
+
+
+def test_msign_equivariance_and_its_negative_control():
+    """seed 003: msign(U G V^T) = U msign(G) V^T (exact SVD and Newton-Schulz alike); an elementwise sign
+    is not orthogonally equivariant and is caught."""
+    for method in ("svd", "newton_schulz"):
+        o = P.msign_equivariance(lambda g, m=method: refopt.msign(g, method=m), max_examples=8)
+        assert o.holds and o.err <= 1e-10, (method, o)
+    bad = P.msign_equivariance(np.sign, max_examples=8)
+    assert bad.holds is False and bad.err > 0.1

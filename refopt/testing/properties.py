@@ -34,6 +34,7 @@ stream (open loop), ``D = max_t max|x_t - x_0|`` the size of the motion, errors 
 ``averaging_identities``       seed 004, eqs. (2) and (18): for a refopt ``Average`` the average is the mean
     of the iterates; for Schedule-Free (constant lr) x_t is the mean of z_1..z_t and the returned point
     is y_t = (1 - beta) z_t + beta x_t (1e-12). Needs the averaged weights: n/a for other adapters.
+:func:`msign_equivariance` checks the same for a bare matrix-sign function (``refopt.msign`` or yours).
 ``purity``                     init and step leave their inputs untouched (bit for bit).
 ``determinism``                two runs from the same inputs are bit-identical.
 ``bit_identical_resume``       stopping after step 1, saving the state through the implementation's own
@@ -61,7 +62,8 @@ except ImportError:  # pragma: no cover
 from refopt.testing import strategies as S
 from refopt.testing.adapters import Adapter, RuleAdapter, UserCodeError, make_adapter
 
-__all__ = ["Outcome", "Property", "PROPERTIES", "invariants", "InvariantsReport", "run_property"]
+__all__ = ["Outcome", "Property", "PROPERTIES", "invariants", "InvariantsReport", "run_property",
+           "msign_equivariance"]
 
 STEPS = 3
 
@@ -335,6 +337,24 @@ def mup_step_size(adapter, *, max_examples=10, rtol=1e-6, lr=None, dtype=np.floa
         return abs(float(np.linalg.norm(dw, 2)) / (lr * math.sqrt(n_out / n_in)) - 1.0)
     strat = st.fixed_dictionaries({"g": S.matrices("well", dtype)})
     return run_property("mup_step_size", strat, check, max_examples, rtol)
+
+
+def msign_equivariance(fn: Callable, *, max_examples=10, rtol=1e-10, kind: str | None = "well",
+                       dtype=np.float64) -> Outcome:
+    """For a matrix-sign function ``fn`` (e.g. ``refopt.msign``, or your Newton-Schulz):
+    fn(U G V^T) = U fn(G) V^T for Haar-orthogonal U, V (seed 003); err = max|lhs - rhs| / max|rhs|.
+    ``kind``: the matrices drawn ('well', 'ill', 'rank_deficient' or None for all)."""
+    def check(case):
+        g, u, v = case["G"], case["U"], case["V"]
+        lhs = np.asarray(fn((u @ g.astype(np.float64) @ v.T).astype(dtype)), np.float64)
+        rhs = u @ np.asarray(fn(g), np.float64) @ v.T
+        return float(np.max(np.abs(lhs - rhs))) / max(float(np.max(np.abs(rhs))), 1e-300)
+
+    def add(g, seed):
+        rng = np.random.default_rng(seed)
+        return {"G": g, "U": S.haar_orthogonal(g.shape[0], rng), "V": S.haar_orthogonal(g.shape[1], rng)}
+    return run_property("msign_equivariance", st.builds(add, S.matrices(kind, dtype), st.integers(0, 2 ** 16)),
+                        check, max_examples, rtol)
 
 
 def _bits_equal(a, b) -> bool:
