@@ -253,7 +253,6 @@ def export_rule(out_dir: str, expr, name: str | None = None, problems=("quadrati
     of the rule; the manifest's ``peers`` are matched by hyperparameters. Raises ValueError for a bad
     expression, name, problem or dtype."""
     from refopt.crosscheck.expr import parse_rule, to_expr
-    from refopt.testing.adapters import RuleAdapter
 
     rule = parse_rule(expr) if isinstance(expr, str) else expr
     text = expr if isinstance(expr, str) else to_expr(rule)

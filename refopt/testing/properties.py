@@ -60,7 +60,7 @@ except ImportError:  # pragma: no cover
     raise ImportError("refopt.testing.properties needs hypothesis: pip install \"refopt[testing]\"") from None
 
 from refopt.testing import strategies as S
-from refopt.testing.adapters import Adapter, RuleAdapter, UserCodeError, make_adapter
+from refopt.testing.adapters import Adapter, RuleAdapter, make_adapter
 
 __all__ = ["Outcome", "Property", "PROPERTIES", "invariants", "InvariantsReport", "run_property",
            "msign_equivariance"]
