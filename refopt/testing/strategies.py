@@ -103,11 +103,7 @@ def gradient_streams(shps, steps: int = 3, dtype=np.float64):
 
 def rule_configs(kinds=("SGD", "Adam", "AdamW", "Muon", "Covariant", "Hyperball")):
     """refopt rule configurations with drawn hyperparameters."""
-    from refopt.rules.adam import Adam, AdamW
-    from refopt.rules.covariant import Covariant
-    from refopt.rules.hyperball import Hyperball
-    from refopt.rules.muon import Muon
-    from refopt.rules.sgd import SGD
+    from refopt import SGD, Adam, AdamW, Covariant, Hyperball, Muon
 
     lr = st.floats(1e-3, 0.1)
     beta = st.floats(0.0, 0.99)
