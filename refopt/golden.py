@@ -18,8 +18,11 @@ steps, stored as a pair of files with the same stem ``<case>__<problem>__<dtype>
     ``rule``: ``{"name", "hyperparameters", "json"}`` (``json`` is :func:`refopt.checkpoint.rule_to_json`,
     so ``rule_from_json`` rebuilds the rule); ``conventions``: the convention facts in words;
     ``peers``: ``{peer: preset name}`` for the peer optimizers that reproduce the rule
-    (:data:`refopt.crosscheck.presets.PRESETS`), with their ``peer_call`` (in words), ``constructor`` and
-    ``kwargs`` (e.g. ``"AdamW"``, ``{"lr": 0.01}``), ``layout`` and ``tolerance``;
+    (:data:`refopt.crosscheck.presets.PRESETS`, else matched by hyperparameters,
+    :mod:`refopt.crosscheck.match`), with their ``peer_call`` (in words), ``constructor`` and ``kwargs``
+    (e.g. ``"AdamW"``, ``{"lr": 0.01}``), ``layout``, ``state`` ({refopt field: peer state key}; files
+    written before issue 11 lack it) and ``tolerance`` ({figure: bound}, e.g. {"params": 1e-12,
+    "state": 1e-12}); ``{}`` when no peer reproduces the rule;
     ``leaves``: ``[{"index", "path", "shape"}]``; ``state_fields``; ``tolerance``: the max-norm relative
     difference allowed when refopt replays its own file; ``arrays``: for every array name
     ``{"shape", "dtype", "sha256"}`` where sha256 is the hex digest of the array's raw C-order bytes.
@@ -64,7 +67,10 @@ class GoldenCase:
 def _catalog() -> list[GoldenCase]:
     from refopt.rules.adam import Adam, AdamW
     from refopt.rules.averaging import EMA, Average
+    from refopt.rules.covariant import Covariant
+    from refopt.rules.hyperball import Hyperball
     from refopt.rules.muon import Muon
+    from refopt.rules.partition import Partition, matrix_labels
     from refopt.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
     from refopt.rules.sgd import SGD
     from refopt.schedules import warmup_cosine
@@ -117,6 +123,18 @@ def _catalog() -> list[GoldenCase]:
                    "debiased EMA of the iterates (optax.ema fed the iterates)", ("mu", "base.b")),
         GoldenCase("average_adam", lambda: Average(Adam(lr=1e-2)), "uniform average of the iterates (1/t)",
                    ("mu", "base.m", "base.v")),
+        # issue 11: Covariant (= optax.lamb / optax.lars without momentum), Hyperball, Partition
+        GoldenCase("covariant_adam", lambda: Covariant(Adam(eps=1e-6), lr=1e-2),
+                   "Covariant(Adam): W - lr ||W|| u/||u|| (seed 000, eq. elr-u) = optax.lamb(weight_decay=0)",
+                   ("base.m", "base.v")),
+        GoldenCase("covariant_sgd", lambda: Covariant(SGD(weight_decay=1e-3), lr=1e-2),
+                   "Covariant(SGD) with L2 in g (eq. elr-g) = optax.lars(momentum=0, trust_coefficient=1)"),
+        GoldenCase("hyperball_muon", lambda: Hyperball(Muon(lr=0.02), lr=0.05),
+                   "MuonH: W <- R N(W - lr R N(u)), R = ||W_0||_F (seed 000 Hyperball, seed 002)", ("base.m",),
+                   True),
+        GoldenCase("partition_muon_adamw", lambda: Partition({"hidden": Muon(lr=0.02), "other": AdamW(lr=1e-2)},
+                                                             labels=matrix_labels),
+                   "Partition: Muon on the matrices, AdamW on the rest (optax.contrib.muon's split)"),
     ]
 
 
@@ -130,8 +148,10 @@ def _sha256(a: np.ndarray) -> str:
 
 
 def _peers_for(rule) -> dict:
-    """{peer: preset} for the (non-gap, correct) presets whose refopt rule equals ``rule``."""
-    from refopt.crosscheck.presets import PRESETS
+    """{peer: preset} for the (non-gap, correct) presets whose refopt rule equals ``rule``; for a peer with
+    no such hand-written preset, the preset matched by hyperparameters (:mod:`refopt.crosscheck.match`)."""
+    from refopt.crosscheck.match import preset_for
+    from refopt.crosscheck.presets import PEERS, PRESETS
 
     out = {}
     for p in PRESETS:
@@ -143,7 +163,12 @@ def _peers_for(rule) -> dict:
             same = False
         if same:
             out[p.peer] = p
-    return out
+    for peer in PEERS:
+        if peer not in out:
+            p = preset_for(rule, peer)
+            if p is not None:
+                out[peer] = p
+    return {k: out[k] for k in PEERS if k in out}
 
 
 def _refopt_tolerance(case: GoldenCase, dtype: str) -> float:
@@ -195,7 +220,7 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
                  "json": rule_to_json(rule)},
         "conventions": case.conventions,
         "peers": {k: {"preset": p.name, "peer_call": p.describe_peer(), "constructor": p.peer_call[0],
-                      "kwargs": _plain(p.peer_call[1]), "layout": p.layout,
+                      "kwargs": _plain(p.peer_call[1]), "layout": p.layout, "state": dict(p.state),
                       "tolerance": p.tol.for_dtype(dtype, problem), "why": p.why} for k, p in peers.items()},
         "leaves": [{"index": i, "path": path, "shape": list(x.shape)}
                    for i, (path, x) in enumerate(zip(prob.paths, prob.leaves))],
@@ -211,6 +236,53 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.write("\n")
     return base
+
+
+def slug(expr: str) -> str:
+    """A file-name stem for a rule expression: 'AdamW(lr=1e-3, weight_decay=0.1)' -> 'adamw_lr_1e-3_weight_decay_0.1'."""
+    import re
+    out = re.sub(r"[^A-Za-z0-9.+-]+", "_", expr).strip("_").lower()
+    return out[:100] or "rule"
+
+
+def export_rule(out_dir: str, expr, name: str | None = None, problems=("quadratic", "stream", "mlp", "gpt"),
+                steps: int = 50, dtype: str = "float64", seed: int = 0) -> list[str]:
+    """Export any rule configuration: ``expr`` is a rule expression (``"Adam(beta2=0.95)"``, parsed by
+    :func:`refopt.crosscheck.expr.parse_rule`) or a rule. The stem is ``<name>__<problem>__<dtype>`` with
+    ``name`` a slug of the expression by default; the recorded state fields are every per-leaf state array
+    of the rule; the manifest's ``peers`` are matched by hyperparameters. Raises ValueError for a bad
+    expression, name, problem or dtype."""
+    from refopt.crosscheck.expr import parse_rule, to_expr
+
+    rule = parse_rule(expr) if isinstance(expr, str) else expr
+    text = expr if isinstance(expr, str) else to_expr(rule)
+    if name is None:
+        name = slug(text)
+    if not isinstance(name, str) or not name or "/" in name or "__" in name or name.startswith("."):
+        raise ValueError(f"--name must be a plain file stem without '/' or '__', got {name!r}")
+    case = case_for_rule(rule, name, f"rule expression {text}")
+    return [export_case(out_dir, case, p, steps, dtype, seed) for p in problems]
+
+
+def case_for_rule(rule, name: str, conventions: str = "") -> GoldenCase:
+    """A :class:`GoldenCase` for any rule: state fields are the rule's per-leaf state arrays, matrix_only
+    when the rule refuses 1-D arrays (Muon)."""
+    import refopt
+    from refopt.testing.adapters import RuleAdapter
+
+    try:
+        refopt.init(rule, [np.ones(3)])
+        matrix_only = False
+        probe = [np.ones(3)]
+    except ValueError:
+        matrix_only = True
+        probe = [np.ones((3, 2))]
+    a = RuleAdapter(rule)
+    try:
+        fields = tuple(a.state_arrays(a.init(probe)))
+    except ValueError:
+        fields = ()
+    return GoldenCase(name, lambda: rule, conventions or repr(rule), fields, matrix_only)
 
 
 def _plain(v):
@@ -356,12 +428,14 @@ def check_file(path: str, against: str = "refopt"):
     else:
         if against not in peer_mod.INSTALL:
             raise ValueError(f"--against must be refopt or one of {sorted(peer_mod.INSTALL)}, got {against!r}")
+        from refopt.crosscheck.match import preset_for
+
         entry = m.get("peers", {}).get(against)
-        if entry is None:
-            return Result(**base, status="skip", message=f"no {against} preset reproduces this rule")
-        preset = next((p for p in PRESETS if p.name == entry["preset"]), None)
+        preset = None if entry is None else next((p for p in PRESETS if p.name == entry["preset"]), None)
+        if preset is None:      # matched by hyperparameters (also for files written without a peers entry)
+            preset = preset_for(rule_from_json(m["rule"]["json"]), against)
         if preset is None:
-            return Result(**base, status="skip", message=f"preset {entry['preset']!r} no longer exists")
+            return Result(**base, status="skip", message=f"no {against} preset reproduces this rule")
         ok, why = peer_mod.available(against)
         if not ok:
             return Result(**base, status="skip", message=why)

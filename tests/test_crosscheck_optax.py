@@ -99,13 +99,15 @@ def test_schedule_free_warmup_lag_first_step():
 
 def test_ema_is_the_debiased_average_of_the_iterates():
     """PITFALLS B16 numbers through optax.ema fed iterates 10, 10, 4 with decay 0.9: 10, 10, 7.78597..."""
+    import jax
     import optax
-    ema = optax.ema(0.9, debias=True)
-    s = ema.init(np.zeros(1))
-    outs = []
-    for v in (10.0, 10.0, 4.0):
-        o, s = ema.update(np.array([v]), s)
-        outs.append(float(o[0]))
+    with jax.enable_x64(True):   # the adapters scope x64 (issue 11): a direct optax call scopes it too
+        ema = optax.ema(0.9, debias=True)
+        s = ema.init(np.zeros(1))
+        outs = []
+        for v in (10.0, 10.0, 4.0):
+            o, s = ema.update(np.array([v]), s)
+            outs.append(float(o[0]))
     assert outs == pytest.approx([10.0, 10.0, 7.7859778597785985], rel=1e-12)
 
 

@@ -5,8 +5,8 @@ row on a canonical problem (``problems``) and compares params and state step by 
 imported lazily by the adapters in ``peers``.
 """
 from refopt.crosscheck.peers import PeerNotInstalled
-from refopt.crosscheck.presets import MISCONFIGURED, PRESETS, Preset, Tol
+from refopt.crosscheck.presets import KNOWN_GAPS, MISCONFIGURED, PRESETS, Preset, Tol
 from refopt.crosscheck.run import Result, run_all, run_preset, table
 
-__all__ = ["PRESETS", "MISCONFIGURED", "Preset", "Tol", "Result", "run_preset", "run_all", "table",
+__all__ = ["PRESETS", "MISCONFIGURED", "KNOWN_GAPS", "Preset", "Tol", "Result", "run_preset", "run_all", "table",
            "PeerNotInstalled"]

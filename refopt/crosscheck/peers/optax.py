@@ -1,7 +1,8 @@
 """optax peer: runs ``optax.<name>(**kwargs)`` (or ``optax.contrib.<name>``) on a list of arrays.
 
-JAX float64 is switched on (``jax.config.update('jax_enable_x64', True)``) when the adapter loads, so
-float64 arrays stay float64 (float32 arrays stay float32). Params are a Python list of jax arrays;
+JAX float64 is enabled in a scope (``jax.enable_x64(True)``, :func:`refopt.testing.adapters.x64_scope`)
+around every JAX call of the runner, so float64 arrays stay float64 (float32 arrays stay float32) and the
+global ``jax_enable_x64`` flag of the caller's process is never changed. Params are a Python list of jax arrays;
 one step is ``updates, s = tx.update(g, s, params); params = optax.apply_updates(params, updates)``,
 jit-compiled once per runner. State keys are optax state field names (``mu``, ``nu``, ``trace``, ``z``)
 found with ``optax.tree_utils.tree_get_all_with_path``; the first match shaped like the params is used.
@@ -27,9 +28,13 @@ from refopt.crosscheck.peers import require
 
 
 def load():
-    jax = require("jax", "optax")
-    jax.config.update("jax_enable_x64", True)
+    require("jax", "optax")
     return require("optax", "optax")
+
+
+def _x64():
+    from refopt.testing.adapters import x64_scope
+    return x64_scope(True)
 
 
 def float64_warmup(lr: float, warmup_steps: int):
@@ -53,6 +58,10 @@ def _build(optax, ctor: str, kw: dict):
 
 class OptaxRunner:
     def __init__(self, preset, leaves, dtype):
+        with _x64():
+            self._init(preset, leaves, dtype)
+
+    def _init(self, preset, leaves, dtype):
         optax = load()
         import jax
         import jax.numpy as jnp
@@ -84,10 +93,11 @@ class OptaxRunner:
         self.optax = optax
 
     def step(self, grads):
-        g = [self.jnp.asarray(self.sign * a if self.sign != 1.0 else a) for a in grads]
-        self.params, self.state = self._step(self.params, self.state, g)
-        if self.is_ema:
-            self.ema_value, self.ema_state = self._ema(self.params, self.ema_state)
+        with _x64():
+            g = [self.jnp.asarray(self.sign * a if self.sign != 1.0 else a) for a in grads]
+            self.params, self.state = self._step(self.params, self.state, g)
+            if self.is_ema:
+                self.ema_value, self.ema_state = self._ema(self.params, self.ema_state)
 
     def get_params(self):
         return [np.asarray(p) for p in self.params]

@@ -1,0 +1,357 @@
+r"""The plug-in cross-check: compare *your* optimizer with a refopt rule and name the convention it follows.
+
+:func:`check_impl` runs the implementation (any :mod:`refopt.testing.adapters` kind: a torch optimizer,
+an optax transformation, a numpy ``init``/``step`` pair) and the refopt rule from the same initial
+params on the same gradient sequence (open loop, :mod:`refopt.crosscheck.problems`: the random
+``stream`` with its 1e-8 leaf, the ``quadratic``, and the recorded ``mlp`` and ``gpt`` gradients), and
+compares after every step:
+
+* params: ``rel = max|impl - refopt| / max|refopt|`` per array (max-norm relative), and the per-step
+  update ``||D_impl - D_refopt||_F / ||D_refopt||_F`` with ``D = x_t - x_{t-1}``;
+* state: every refopt state field (Adam ``m``, ``v``, SGD ``b``, Muon ``m``, ...) against the entry of the
+  implementation's state with the same shapes that is closest (torch ``exp_avg``, optax ``mu``, ...); it
+  is reported, and gated only where the implementation exposes same-shaped entries (an implementation
+  may keep its state in another form: then the params decide).
+
+Tolerance (documented policy, the tiers of :mod:`refopt.crosscheck.presets`): float64 params and state
+within 1e-12 (float32 2e-5) -- "exact"; a rule with Newton-Schulz (Muon) 1e-10 (float32 2e-4), as BLAS
+and XLA sum matmuls in different orders; for a torch implementation of such a rule also the bfloat16
+tier of torch.optim.Muon (per-step update within 0.06, 0.25 on the MLP and GPT gradients, state
+within 1e-12); for a JAX implementation of a Schedule-Free rule with warmup, optax's float32 warmup tier
+(1e-6). The result names the tier that holds.
+
+On a mismatch it names the first step and leaf that differ and runs the convention variants of the rule
+(:mod:`refopt.crosscheck.variants`) on the same inputs: the **diagnosis** is the variant that
+reproduces the implementation's numbers (its distance within the tier's tolerance, at least 100 times
+closer than the rule; 5 times for the bfloat16 tier), or else the closest one, marked as not reproducing them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from refopt.crosscheck.presets import EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, Tol
+from refopt.crosscheck.problems import PROBLEMS, make_problem
+from refopt.testing.adapters import Adapter, RuleAdapter, make_adapter
+
+__all__ = ["check_impl", "PluginResult", "ProblemResult", "Diagnosis", "tolerance_tiers", "DEFAULT_PROBLEMS"]
+
+DEFAULT_PROBLEMS = ("stream", "quadratic", "mlp", "gpt")
+DTYPES = {"float64": np.float64, "float32": np.float32}
+
+
+def _walk(rule):
+    yield rule
+    for f in ("base",):
+        sub = getattr(rule, f, None)
+        if sub is not None and hasattr(sub, "init_leaf"):
+            yield from _walk(sub)
+    rules = getattr(rule, "rules", None)
+    if isinstance(rules, dict):
+        for r in rules.values():
+            yield from _walk(r)
+
+
+def tolerance_tiers(rule, framework: str) -> list[tuple[str, Tol]]:
+    """The acceptable tolerance tiers for ``rule`` checked against a ``framework`` implementation."""
+    names = [type(r).__name__ for r in _walk(rule)]
+    ns = any(type(r).__name__ == "Muon" and getattr(r, "msign", "") == "newton_schulz" for r in _walk(rule))
+    tiers = [("reassociation (Newton-Schulz matmuls)", MUON_OPTAX)] if ns else [("exact", EXACT)]
+    if ns and framework == "torch":
+        tiers.append(("bfloat16 Newton-Schulz (torch.optim.Muon)", MUON_TORCH_BF16))
+    if framework == "jax" and any(n.startswith("ScheduleFree") and getattr(r, "warmup_steps", 0)
+                                  for n, r in zip(names, _walk(rule))):
+        tiers.append(("optax float32 warmup", OPTAX_F32_WARMUP))
+    return tiers
+
+
+def _matrix_only(rule) -> bool:
+    """True when the rule refuses 1-D arrays (Muon): the problems then keep their matrices only."""
+    import refopt
+    try:
+        refopt.init(rule, [np.ones(3)])
+    except ValueError:
+        return True
+    return False
+
+
+@dataclass
+class Run:
+    """A trajectory: params after every step (list of leaf lists) and the exposed state."""
+
+    params: list = field(default_factory=list)
+    state: list = field(default_factory=list)
+
+
+def run_adapter(adapter: Adapter, leaves0, grads) -> Run:
+    """Step ``adapter`` from ``leaves0`` through ``grads`` (one list of arrays per step)."""
+    x = [np.array(a, copy=True) for a in leaves0]
+    s = adapter.init(x)
+    out = Run()
+    for g in grads:
+        x, s = adapter.step(s, x, [np.array(a, copy=True) for a in g])
+        x = [np.asarray(a) for a in x]
+        out.params.append(x)
+        out.state.append(adapter.state_arrays(s))
+    return out
+
+
+def _rel(d: float, scale: float) -> float:
+    if d == 0:
+        return 0.0
+    return d / scale if scale > 0 else math.inf
+
+
+def _params_figures(ref: Run, other: Run, leaves0) -> tuple[np.ndarray, np.ndarray]:
+    """(params rel, update rel) as arrays of shape (steps, leaves)."""
+    n, k = len(ref.params), len(leaves0)
+    prel, urel = np.zeros((n, k)), np.zeros((n, k))
+    prev_r, prev_o = list(leaves0), list(leaves0)
+    for t in range(n):
+        for i in range(k):
+            a = np.asarray(other.params[t][i], np.float64)
+            b = np.asarray(ref.params[t][i], np.float64)
+            if a.shape != b.shape:
+                prel[t, i] = urel[t, i] = math.inf
+                continue
+            d = float(np.max(np.abs(a - b))) if a.size else 0.0
+            prel[t, i] = _rel(d, float(np.max(np.abs(b))) if b.size else 0.0) if np.isfinite(d) else math.inf
+            du = (a - np.asarray(prev_o[i], np.float64)) - (b - np.asarray(prev_r[i], np.float64))
+            dr = b - np.asarray(prev_r[i], np.float64)
+            nd = float(np.linalg.norm(du))
+            urel[t, i] = _rel(nd, float(np.linalg.norm(dr))) if np.isfinite(nd) else math.inf
+        prev_r, prev_o = ref.params[t], other.params[t]
+    return prel, urel
+
+
+def _state_match(ref: Run, other: Run) -> dict:
+    """{refopt field: (closest impl entry or None, max rel difference)}."""
+    out = {}
+    if not ref.state:
+        return out
+    for f in ref.state[0]:
+        best = (None, math.inf)
+        for key in (other.state[0] if other.state else {}):
+            worst = 0.0
+            ok = True
+            for rs, os_ in zip(ref.state, other.state):
+                ra, oa = rs.get(f), os_.get(key)
+                if ra is None or oa is None or len(ra) != len(oa):
+                    ok = False
+                    break
+                for a, b in zip(oa, ra):
+                    if b is None:
+                        continue
+                    if a is None or np.shape(a) != np.shape(b):
+                        ok = False
+                        break
+                    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+                    d = float(np.max(np.abs(a64 - b64))) if b64.size else 0.0
+                    worst = max(worst, _rel(d, float(np.max(np.abs(b64))) if b64.size else 0.0)
+                                if np.isfinite(d) else math.inf)
+                if not ok:
+                    break
+            if ok and worst < best[1]:
+                best = (key, worst)
+        out[f] = best
+    return out
+
+
+@dataclass
+class ProblemResult:
+    problem: str
+    paths: list
+    params_rel: float
+    update_rel: float
+    state: dict                        # refopt field -> (impl entry, rel)
+    tier: str | None                   # the tolerance tier that holds, None if none
+    first: tuple | None                # (step, leaf path, figure, value, tolerance) of the first difference
+    error: str | None = None
+
+    @property
+    def agree(self) -> bool:
+        return self.tier is not None
+
+
+@dataclass
+class Diagnosis:
+    name: str
+    detail: str
+    distance: float                    # max over problems of the figure (params rel or update rel)
+    reproduces: bool
+
+
+@dataclass
+class PluginResult:
+    impl: str
+    rule: str
+    framework: str
+    layout: str
+    dtype: str
+    steps: int
+    problems: list
+    diagnosis: list = field(default_factory=list)      # Diagnosis, closest first
+    rule_distance: float = 0.0
+    metric: str = "params"
+
+    @property
+    def agree(self) -> bool:
+        return all(p.agree for p in self.problems)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.agree else 1
+
+    @property
+    def best(self) -> Diagnosis | None:
+        return self.diagnosis[0] if self.diagnosis else None
+
+    def report(self) -> str:
+        lines = [f"implementation: {self.impl} ({self.framework}, layout {self.layout})",
+                 f"refopt rule:    {self.rule}",
+                 f"{self.steps} steps, {self.dtype}, open loop (the same gradients for both)", ""]
+        head = ["problem", "params rel", "update rel", "state", "tolerance tier", "status"]
+        rows = []
+        for p in self.problems:
+            st = ", ".join(f"{f}~{k}:{v:.1e}" if k else f"{f}:-" for f, (k, v) in p.state.items()) or "-"
+            rows.append([p.problem, f"{p.params_rel:.2e}", f"{p.update_rel:.2e}", st, p.tier or "-",
+                         "agree" if p.agree else ("ERROR" if p.error else "DIFFER")])
+        w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+        lines += ["  ".join(h.ljust(x) for h, x in zip(head, w)), "  ".join("-" * x for x in w)]
+        lines += ["  ".join(c.ljust(x) for c, x in zip(r, w)) for r in rows]
+        lines.append("")
+        if self.agree:
+            lines.append("AGREE: the implementation reproduces the refopt rule within the documented tolerance.")
+            return "\n".join(lines)
+        for p in self.problems:
+            if p.first and not p.agree:
+                t, path, fig, v, tol = p.first
+                lines.append(f"first difference [{p.problem}]: step {t}, leaf {path}: {fig} rel {v:.3g} > {tol:g}")
+        if self.diagnosis:
+            b = self.diagnosis[0]
+            if b.reproduces:
+                lines.append(f"DIAGNOSIS: {b.name} -- {b.detail}. This variant reproduces your numbers "
+                             f"({self.metric} rel {b.distance:.2e}; the rule itself: {self.rule_distance:.2e}).")
+            else:
+                lines.append(f"DIAGNOSIS: no known convention variant reproduces your numbers; the closest is "
+                             f"{b.name} -- {b.detail} ({self.metric} rel {b.distance:.2e}; the rule itself: "
+                             f"{self.rule_distance:.2e}).")
+            lines.append("closest variants: " + "; ".join(f"{d.name} {d.distance:.1e}" for d in self.diagnosis[:4]))
+        else:
+            lines.append("DIAGNOSIS: no convention variants are known for this rule.")
+        return "\n".join(lines)
+
+
+def _first(prel, urel, paths, tol: dict):
+    keys = [("params", prel), ("update", urel)]
+    for t in range(prel.shape[0]):
+        for i in range(prel.shape[1]):
+            for name, arr in keys:
+                if name in tol and not arr[t, i] <= tol[name]:
+                    return (t + 1, paths[i], name, float(arr[t, i]), tol[name])
+    return None
+
+
+def _gated_ok(prel, urel, state, tol: dict) -> bool:
+    if "params" in tol and not float(prel.max(initial=0.0)) <= tol["params"]:
+        return False
+    if "update" in tol and not float(urel.max(initial=0.0)) <= tol["update"]:
+        return False
+    if "state" in tol:
+        for key, v in state.values():
+            if key is not None and not v <= tol["state"]:
+                return False
+    return True
+
+
+def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = None, layout: str | None = None,
+               steps: int = 50, dtype: str = "float64", problems=DEFAULT_PROBLEMS, seed: int = 0,
+               diagnose: bool = True, name: str | None = None) -> PluginResult:
+    """Cross-check an implementation against the refopt ``rule`` (see the module docstring).
+
+    Args:
+      impl: a torch optimizer class or factory, an optax factory, a numpy object with init/step, or an
+        :class:`~refopt.testing.adapters.Adapter` (then kwargs/framework/layout are ignored).
+      rule: a refopt rule, or a rule expression string (``"AdamW(lr=1e-3, weight_decay=0.1)"``).
+      kwargs, framework, layout: as :func:`refopt.testing.adapters.make_adapter`.
+      steps: >= 1; dtype: 'float64' | 'float32'; problems: names from :data:`PROBLEMS`.
+    Returns a :class:`PluginResult` (``.agree``, ``.exit_code``, ``.report()``, ``.diagnosis``).
+    Raises: ValueError for bad arguments or a bad rule expression; UserCodeError when the implementation
+      raises; PeerNotInstalled when its framework is missing.
+    """
+    from refopt.crosscheck.expr import parse_rule, to_expr
+    from refopt.crosscheck.variants import variants
+
+    if isinstance(rule, str):
+        rule = parse_rule(rule)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    for p in problems:
+        if p not in PROBLEMS:
+            raise ValueError(f"unknown problem {p!r}; choose from {list(PROBLEMS)}")
+    adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout, name)
+    try:
+        rule_text = to_expr(rule)
+    except ValueError:
+        rule_text = repr(rule)
+    tiers = tolerance_tiers(rule, adapter.framework)
+    matrix_only = _matrix_only(rule)
+    ref_adapter = RuleAdapter(rule)
+    results, runs = [], []
+    for prob_name in problems:
+        prob = make_problem(prob_name, DTYPES[dtype], seed, matrix_only=matrix_only)
+        ref = Run()
+        x = [np.array(a, copy=True) for a in prob.leaves]
+        s = ref_adapter.init(x)
+        grads = []
+        for t in range(1, steps + 1):
+            g = prob.grad(x, t)
+            grads.append(g)
+            x, s = ref_adapter.step(s, x, g)
+            ref.params.append([a.copy() for a in x])
+            ref.state.append(ref_adapter.state_arrays(s))
+        other = run_adapter(adapter, prob.leaves, grads)
+        prel, urel = _params_figures(ref, other, prob.leaves)
+        state = _state_match(ref, other)
+        tier, first = None, None
+        for tname, tol in tiers:
+            tt = tol.for_dtype(dtype, prob_name)
+            if _gated_ok(prel, urel, state, tt):
+                tier = tname
+                break
+        if tier is None:
+            first = _first(prel, urel, prob.paths, tiers[0][1].for_dtype(dtype, prob_name))
+            if first is None:     # only the state differs
+                first = (0, "-", "state", max(v for _, v in state.values()), tiers[0][1].for_dtype(dtype, prob_name)["state"])
+        results.append(ProblemResult(prob_name, prob.paths, float(prel.max(initial=0.0)), float(urel.max(initial=0.0)),
+                                     state, tier, first))
+        runs.append((prob, grads, other, prel, urel))
+    res = PluginResult(adapter.name, rule_text, adapter.framework, adapter.layout, dtype, steps, results)
+    if res.agree or not diagnose:
+        return res
+    # diagnosis: which variant reproduces the implementation's numbers
+    bf16 = any("bfloat16" in n for n, _ in tiers)
+    metric = "update" if bf16 else "params"
+    res.metric = metric
+    res.rule_distance = max(float((u if bf16 else p).max(initial=0.0)) for _, _, _, p, u in runs)
+    loose = {n: t for n, t in tiers}
+    limit = max(t.for_dtype(dtype)[metric] for t in loose.values() if metric in t.for_dtype(dtype))
+    factor = 5.0 if bf16 else 100.0    # how much closer than the rule the variant must be
+    diags = []
+    for v in variants(rule):
+        worst = 0.0
+        try:
+            for prob, grads, other, _, _ in runs:
+                vr = run_adapter(v.make(), prob.leaves, grads)
+                p, u = _params_figures(vr, other, prob.leaves)
+                worst = max(worst, float((u if bf16 else p).max(initial=0.0)))
+        except (ValueError, FloatingPointError, ZeroDivisionError):
+            continue
+        diags.append(Diagnosis(v.name, v.detail, worst, worst <= limit and worst * factor <= res.rule_distance))
+    diags.sort(key=lambda d: d.distance)
+    res.diagnosis = diags
+    return res

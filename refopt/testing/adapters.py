@@ -1,0 +1,477 @@
+r"""Adapters: any optimizer presented as one *pure* step over numpy pytrees.
+
+Every adapter has the same three methods (the contract the properties and the plug-in cross-check use)::
+
+    state = adapter.init(params)                                 # params: a pytree of float arrays
+    new_params, new_state = adapter.step(state, params, grads)   # inputs are never modified
+    adapter.state_arrays(state) -> {name: [array or None per leaf]}   # the per-leaf state it exposes
+
+plus ``checkpoint(state) -> blob`` / ``restore(blob, params) -> state`` (the implementation's own
+save/restore path: torch's ``state_dict``, a host copy of an optax state), used by the bit-identical
+resume property. Params, grads and returned arrays are always in **refopt's layout**: a matrix is
+(fan_in, fan_out) (``x @ W``). ``layout='torch'`` means the implementation holds torch's (out, in):
+an array of ndim >= 2 with refopt shape (k_1, ..., fan_in, fan_out) is handed over as
+``np.transpose(a, (n-1, n-2, 0, ..., n-3))``, i.e. torch's (out, in, k_1, ...) (a Linear weight is
+transposed; a conv filter (kh, kw, in, out) becomes torch's (out, in, kh, kw), the same flattening as
+refopt's Muon: fan_in = prod(shape[:-1]), fan_out = shape[-1]); 1-D arrays are unchanged.
+
+Kinds (:func:`make_adapter` picks one):
+
+* :class:`RuleAdapter` -- a refopt rule (``refopt.init`` / ``refopt.update``).
+* :class:`TorchAdapter` -- a ``torch.optim.Optimizer`` subclass, or any callable returning an optimizer
+  when called as ``factory(params, **kwargs)``. Default layout 'torch'. The optimizer is deep-copied
+  before every step (the copy's params are set from ``params``, its ``.grad`` from ``grads``), so the
+  step is pure even though torch optimizers mutate. Computed in the arrays' dtype on CPU.
+* :class:`OptaxAdapter` -- a callable returning an ``optax.GradientTransformation`` when called as
+  ``factory(**kwargs)``. Default layout 'refopt'. The step is ``tx.update`` then
+  ``optax.apply_updates``, jit-compiled once. **JAX float64**: every JAX call of the adapter runs inside
+  ``jax.enable_x64(True)`` (a scoped context), so float64 arrays stay float64 -- without it JAX silently
+  computes in float32 (a correct Adam then misses 1e-12 by ~3e-7); the global ``jax_enable_x64`` flag
+  is never changed.
+* :class:`NumpyAdapter` -- an object (module, class instance, namespace) with ``init(params) -> state``
+  and ``step(state, params, grads) -> (params, state)``, called with the pytrees as given. Default
+  layout 'refopt'.
+
+Errors: :class:`UserCodeError` wraps any exception raised by the implementation (the message ends with
+the last line of its traceback); :class:`refopt.crosscheck.peers.PeerNotInstalled` (an ImportError) when
+torch or JAX/optax is missing; ValueError for a bad layout or an object that fits no kind.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+
+from refopt import tree as T
+
+__all__ = ["Adapter", "RuleAdapter", "TorchAdapter", "OptaxAdapter", "NumpyAdapter", "UserCodeError",
+           "make_adapter", "load_impl", "to_layout", "from_layout"]
+
+LAYOUTS = ("refopt", "torch")
+
+
+class UserCodeError(RuntimeError):
+    """The implementation under test raised; ``last_line`` is the last line of its traceback."""
+
+    def __init__(self, where: str, exc: BaseException):
+        self.exc = exc
+        lines = traceback.format_exception_only(type(exc), exc)
+        self.last_line = lines[-1].strip() if lines else repr(exc)
+        super().__init__(f"{where} raised: {self.last_line}")
+
+
+def _perm(ndim: int) -> tuple[int, ...]:
+    return (ndim - 1, ndim - 2, *range(ndim - 2))
+
+
+def to_layout(a: np.ndarray, layout: str) -> np.ndarray:
+    """refopt's layout -> ``layout`` (a new C-contiguous array)."""
+    if layout == "torch" and a.ndim >= 2:
+        return np.ascontiguousarray(np.transpose(a, _perm(a.ndim)))
+    return np.array(a, copy=True)
+
+
+def from_layout(a: np.ndarray, layout: str) -> np.ndarray:
+    """``layout`` -> refopt's layout (a new C-contiguous array)."""
+    if layout == "torch" and a.ndim >= 2:
+        return np.ascontiguousarray(np.transpose(a, np.argsort(_perm(a.ndim))))
+    return np.array(a, copy=True)
+
+
+def _check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    return layout
+
+
+class Adapter:
+    """Base class; see the module docstring for the contract."""
+
+    name: str = "adapter"
+    framework: str = ""
+    layout: str = "refopt"
+
+    def init(self, params):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def step(self, state, params, grads):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def state_arrays(self, state) -> dict:
+        return {}
+
+    def checkpoint(self, state):
+        return copy.deepcopy(state)
+
+    def restore(self, blob, params):
+        return copy.deepcopy(blob)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name})"
+
+
+# -------------------------------------------------------------------------------------------------
+class RuleAdapter(Adapter):
+    """A refopt rule."""
+
+    framework = "refopt"
+
+    def __init__(self, rule):
+        from refopt.core import Rule
+
+        if not isinstance(rule, Rule):
+            raise TypeError(f"expected a refopt rule, got {type(rule).__name__}")
+        self.rule = rule
+        self.name = repr(rule) if len(repr(rule)) < 80 else type(rule).__name__
+
+    def init(self, params):
+        import refopt
+        return refopt.init(self.rule, params)
+
+    def step(self, state, params, grads):
+        import refopt
+        return refopt.update(self.rule, state, params, grads)
+
+    def state_arrays(self, state) -> dict:
+        out: dict[str, list] = {}
+        leaf_states = T.leaves(state.leaves, is_leaf=lambda n: hasattr(n, "_fields"))
+        for i, s in enumerate(leaf_states):
+            arrays, paths, _ = T.flatten(s)
+            for a, p in zip(arrays, paths):
+                if isinstance(a, np.ndarray) and a.ndim > 0:
+                    out.setdefault(p, [None] * len(leaf_states))[i] = np.array(a)
+        return out
+
+
+# -------------------------------------------------------------------------------------------------
+class _TorchState:
+    __slots__ = ("opt", "params")
+
+    def __init__(self, opt, params):
+        self.opt, self.params = opt, params
+
+
+def _clone(opt, memo: dict):
+    """A deep copy of a torch optimizer *with all its attributes* (``copy.deepcopy`` goes through
+    ``Optimizer.__getstate__``, which keeps only defaults, state and param_groups and would drop a
+    subclass's own attributes)."""
+    new = opt.__class__.__new__(opt.__class__)
+    memo[id(opt)] = new
+    new.__dict__.update(copy.deepcopy(opt.__dict__, memo))
+    return new
+
+
+class TorchAdapter(Adapter):
+    """A ``torch.optim.Optimizer`` subclass or a factory ``factory(params, **kwargs) -> optimizer``."""
+
+    framework = "torch"
+
+    def __init__(self, factory: Callable, kwargs: dict | None = None, layout: str = "torch",
+                 name: str | None = None):
+        from refopt.crosscheck.peers import require
+
+        self.torch = require("torch", "torch")
+        self.factory, self.kwargs = factory, dict(kwargs or {})
+        self.layout = _check_layout(layout)
+        self.name = name or getattr(factory, "__qualname__", repr(factory))
+
+    def _leaves(self, params):
+        xs, _, td = T.flatten(params)
+        return xs, td
+
+    def _build(self, xs):
+        torch = self.torch
+        ps = [torch.nn.Parameter(torch.from_numpy(to_layout(np.asarray(x), self.layout))) for x in xs]
+        try:
+            opt = self.factory(ps, **self.kwargs)
+        except Exception as e:
+            raise UserCodeError(f"{self.name}(params, **{self.kwargs})", e) from e
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise ValueError(f"{self.name}(params, **kwargs) returned a {type(opt).__name__}, not a "
+                             f"torch.optim.Optimizer (use --framework jax for optax, numpy for init/step)")
+        return _TorchState(opt, ps)
+
+    def init(self, params):
+        xs, _ = self._leaves(params)
+        return self._build(xs)
+
+    def step(self, state, params, grads):
+        torch = self.torch
+        xs, gs, _, td = T.check_like(params, grads)
+        memo: dict = {}
+        opt = _clone(state.opt, memo)
+        ps = [memo.get(id(p), p) for p in state.params]
+        with torch.no_grad():
+            for p, x in zip(ps, xs):
+                p.copy_(torch.from_numpy(to_layout(x, self.layout)))
+        for p, g in zip(ps, gs):
+            p.grad = torch.from_numpy(to_layout(g, self.layout))
+        try:
+            opt.step()
+        except Exception as e:
+            raise UserCodeError(f"{self.name}.step()", e) from e
+        new = [from_layout(p.detach().numpy(), self.layout) for p in ps]
+        for p in ps:
+            p.grad = None
+        return T.unflatten(td, new), _TorchState(opt, ps)
+
+    def state_arrays(self, state) -> dict:
+        out: dict[str, list] = {}
+        n = len(state.params)
+        for i, p in enumerate(state.params):
+            for k, v in state.opt.state.get(p, {}).items():
+                if isinstance(v, self.torch.Tensor) and tuple(v.shape) == tuple(p.shape) and v.ndim > 0:
+                    out.setdefault(str(k), [None] * n)[i] = from_layout(v.detach().numpy(), self.layout)
+        return out
+
+    def checkpoint(self, state):
+        return copy.deepcopy(state.opt.state_dict())
+
+    def restore(self, blob, params):
+        xs, _ = self._leaves(params)
+        st = self._build(xs)
+        try:
+            st.opt.load_state_dict(copy.deepcopy(blob))
+        except Exception as e:
+            raise UserCodeError(f"{self.name}.load_state_dict()", e) from e
+        return st
+
+
+# -------------------------------------------------------------------------------------------------
+def x64_scope(enabled: bool = True):
+    """A context in which JAX keeps float64 (``jax.enable_x64``; ``jax.experimental.enable_x64`` on
+    older JAX). The global flag is left as it was."""
+    import jax
+
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(enabled)
+    from jax.experimental import enable_x64  # pragma: no cover - older JAX
+    return enable_x64(enabled)  # pragma: no cover
+
+
+class OptaxAdapter(Adapter):
+    """A factory ``factory(**kwargs) -> optax.GradientTransformation``."""
+
+    framework = "jax"
+
+    def __init__(self, factory: Callable, kwargs: dict | None = None, layout: str = "refopt",
+                 name: str | None = None, jit: bool = True):
+        from refopt.crosscheck.peers import require
+
+        self.jit = jit       # False: run the step eagerly (no compile per new shape; the properties do)
+        self.jax = require("jax", "optax")
+        self.optax = require("optax", "optax")
+        self.factory, self.kwargs = factory, dict(kwargs or {})
+        self.layout = _check_layout(layout)
+        self.name = name or getattr(factory, "__qualname__", repr(factory))
+        self._tx = None
+        self._jit = None
+
+    def _scope(self):
+        return x64_scope(True)
+
+    def _transform(self):
+        if self._tx is None:
+            try:
+                tx = self.factory(**self.kwargs)
+            except Exception as e:
+                raise UserCodeError(f"{self.name}(**{self.kwargs})", e) from e
+            if not (hasattr(tx, "init") and hasattr(tx, "update")):
+                raise ValueError(f"{self.name}(**kwargs) returned a {type(tx).__name__}, not an "
+                                 f"optax.GradientTransformation (use --framework torch or numpy)")
+            optax = self.optax
+
+            def step(params, state, grads):
+                updates, state = tx.update(grads, state, params)
+                return optax.apply_updates(params, updates), state
+
+            self._tx, self._jit, self._eager = tx, self.jax.jit(step), step
+        return self._tx
+
+    def _to_jax(self, xs):
+        import jax.numpy as jnp
+        return [jnp.asarray(to_layout(np.asarray(x), self.layout)) for x in xs]
+
+    def init(self, params):
+        xs, _, _ = T.flatten(params)
+        with self._scope():
+            tx = self._transform()
+            try:
+                return tx.init(self._to_jax(xs))
+            except Exception as e:
+                raise UserCodeError(f"{self.name}(...).init", e) from e
+
+    def step(self, state, params, grads):
+        xs, gs, _, td = T.check_like(params, grads)
+        with self._scope():
+            self._transform()
+            try:
+                fn = self._jit if self.jit else self._eager
+                new, state = fn(self._to_jax(xs), state, self._to_jax(gs))
+                new = [from_layout(np.asarray(a), self.layout) for a in new]
+            except Exception as e:
+                raise UserCodeError(f"{self.name}(...).update", e) from e
+        return T.unflatten(td, new), state
+
+    def state_arrays(self, state) -> dict:
+        out: dict[str, list] = {}
+        flat, _ = self.jax.tree_util.tree_flatten_with_path(state)
+        groups: dict[str, dict] = {}
+        for path, v in flat:
+            if not path or getattr(v, "ndim", 0) == 0:
+                continue
+            last = path[-1]
+            idx = getattr(last, "idx", None)
+            if idx is None:
+                continue
+            name = "".join(_key(k) for k in path[:-1]).lstrip(".") or "state"
+            groups.setdefault(name, {})[idx] = v
+        for name, d in groups.items():
+            n = max(d) + 1
+            out[name] = [from_layout(np.asarray(d[i]), self.layout) if i in d else None for i in range(n)]
+        return out
+
+    def checkpoint(self, state):
+        return self.jax.device_get(state)
+
+    def restore(self, blob, params):
+        import jax.numpy as jnp
+        with self._scope():
+            return self.jax.tree_util.tree_map(jnp.asarray, blob)
+
+
+def _key(k) -> str:
+    for attr in ("name", "key"):
+        if hasattr(k, attr):
+            return f".{getattr(k, attr)}"
+    if hasattr(k, "idx"):
+        return f"[{k.idx}]"
+    return str(k)
+
+
+# -------------------------------------------------------------------------------------------------
+class NumpyAdapter(Adapter):
+    """An object with ``init(params)`` and ``step(state, params, grads) -> (params, state)``."""
+
+    framework = "numpy"
+
+    def __init__(self, impl: Any, layout: str = "refopt", name: str | None = None):
+        for m in ("init", "step"):
+            if not callable(getattr(impl, m, None)):
+                raise ValueError(f"{name or impl!r} has no {m}(); the numpy kind needs init(params) and "
+                                 f"step(state, params, grads) -> (params, state)")
+        self.impl = impl
+        self.layout = _check_layout(layout)
+        self.name = name or getattr(impl, "__name__", type(impl).__name__)
+
+    def _to(self, tree):
+        xs, _, td = T.flatten(tree)
+        return T.unflatten(td, [to_layout(np.asarray(x), self.layout) for x in xs])
+
+    def init(self, params):
+        try:
+            return self.impl.init(self._to(params))
+        except Exception as e:
+            raise UserCodeError(f"{self.name}.init", e) from e
+
+    def step(self, state, params, grads):
+        _, _, _, td = T.check_like(params, grads)
+        try:
+            new, state = self.impl.step(state, self._to(params), self._to(grads))
+        except Exception as e:
+            raise UserCodeError(f"{self.name}.step", e) from e
+        xs, _, _ = T.flatten(new)
+        return T.unflatten(td, [from_layout(np.asarray(x), self.layout) for x in xs]), state
+
+    def state_arrays(self, state) -> dict:
+        out: dict[str, list] = {}
+        try:
+            arrays, paths, _ = T.flatten(state)
+        except Exception:
+            return out
+        for a, p in zip(arrays, paths):
+            if isinstance(a, np.ndarray) and a.ndim > 0:
+                out[p] = [a]
+        return out
+
+
+# -------------------------------------------------------------------------------------------------
+FRAMEWORKS = ("torch", "jax", "numpy")
+
+
+def make_adapter(impl: Any, kwargs: dict | None = None, framework: str | None = None,
+                 layout: str | None = None, name: str | None = None) -> Adapter:
+    """The adapter for ``impl``: a refopt rule, or (``framework``) 'torch' (the default for any other
+    callable: a ``torch.optim.Optimizer`` subclass or a factory ``impl(params, **kwargs)``), 'jax'
+    (``impl(**kwargs)`` returns an optax GradientTransformation) or 'numpy' (an object with ``init`` and
+    ``step``). ``layout``: 'torch' or 'refopt' (default: 'torch' for torch, 'refopt' otherwise).
+
+    Raises: ValueError for an unknown framework or layout, or an object that fits no kind."""
+    from refopt.core import Rule
+
+    if isinstance(impl, Rule):
+        if kwargs:
+            raise ValueError("kwargs do not apply to a refopt rule")
+        return RuleAdapter(impl)
+    if framework is None:
+        framework = "numpy" if (not callable(impl) or inspect.ismodule(impl)) and \
+            callable(getattr(impl, "step", None)) else "torch"
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    if framework == "torch":
+        if not callable(impl):
+            raise ValueError(f"{name or impl!r} is not callable: the torch kind needs an Optimizer subclass or a "
+                             f"factory NAME(params, **kwargs)")
+        return TorchAdapter(impl, kwargs, layout or "torch", name)
+    if framework == "jax":
+        if not callable(impl):
+            raise ValueError(f"{name or impl!r} is not callable: the jax kind needs NAME(**kwargs) -> "
+                             f"optax.GradientTransformation")
+        return OptaxAdapter(impl, kwargs, layout or "refopt", name)
+    if kwargs:
+        impl = impl(**kwargs) if callable(impl) and not inspect.ismodule(impl) else impl
+    return NumpyAdapter(impl, layout or "refopt", name)
+
+
+def load_impl(spec: str) -> tuple[Any, str]:
+    """``"MODULE:NAME"`` or ``"path/to/file.py:NAME"`` -> (the object, its display name). NAME may be
+    dotted (``optax.contrib:muon``, ``mymod:Cls.factory``). Raises ValueError for a malformed spec, a
+    missing file or attribute; :class:`UserCodeError` when importing the module raises."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ValueError(f"--impl must be MODULE_OR_FILE.py:NAME, got {spec!r}")
+    mod_part, _, name = spec.rpartition(":")
+    if not mod_part or not name:
+        raise ValueError(f"--impl must be MODULE_OR_FILE.py:NAME, got {spec!r}")
+    try:
+        if mod_part.endswith(".py"):
+            if not os.path.isfile(mod_part):
+                raise ValueError(f"--impl: no such file {mod_part}")
+            modname = "_refopt_impl_" + os.path.splitext(os.path.basename(mod_part))[0]
+            s = importlib.util.spec_from_file_location(modname, mod_part)
+            module = importlib.util.module_from_spec(s)
+            sys.modules[modname] = module
+            s.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod_part)
+    except ValueError:
+        raise
+    except ModuleNotFoundError as e:
+        if e.name and mod_part.split(".")[0] == e.name:
+            raise ValueError(f"--impl: no module named {mod_part!r}") from None
+        raise UserCodeError(f"importing {mod_part}", e) from e
+    except Exception as e:
+        raise UserCodeError(f"importing {mod_part}", e) from e
+    obj = module
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"--impl: {mod_part} has no attribute {name!r}")
+        obj = getattr(obj, part)
+    return obj, f"{os.path.basename(mod_part)}:{name}"
+

@@ -1,0 +1,251 @@
+r"""The expected outcomes: which rules satisfy which property, from the theory (not from running them).
+
+:func:`expected` returns ``{property: True | False | None}`` for a refopt rule (None: not applicable /
+not stated). The reasons, property by property (see :mod:`refopt.testing.properties`):
+
+* gradient_scale_invariance: the step depends on g only through g/|g|-type ratios: Adam/AdamW without
+  L2 decay (eps -> 0; decoupled decay does not involve g), Schedule-Free AdamW without decay, Muon
+  (msign; eps_mode 'add'/'clamp' up to eps/||X||), Covariant/Hyperball of such a base or of SGD
+  without L2 (u/||u|| removes a scale of u that is homogeneous in g), EMA/Average of an invariant base,
+  Partition when every sub-rule is. Not SGD (the step is linear in g), not L2 decay (g + lambda x).
+* parameter_scale_covariance and reparametrization_covariance (seed 000, eq. phi): Covariant and
+  Hyperball (radius None) of a gradient-scale-invariant base or of SGD without L2; nothing else (SGD:
+  lr c^-2; Adam, Muon: the step does not scale with w). Reparametrization runs a closed loop whose
+  gradients approach 0, so with an Adam base (LAMB) it holds only as eps -> 0: not stated (None).
+* orthogonal_equivariance: rules built from linear maps of g and x and orthogonally invariant norms:
+  SGD (momentum, Nesterov, L2), Muon (msign(U G V^T) = U msign(G) V^T; the shape scale is fixed),
+  Schedule-Free SGD, Covariant/Hyperball ('fro' norm) of such a base. Not the elementwise-adaptive
+  ones (Adam, AdamW, Schedule-Free AdamW: sqrt(v) is taken per entry).
+* permutation_equivariance: every elementwise rule and Covariant/Hyperball of one; not Muon.
+* gpt_symmetry_equivariance: a scalar joint rescaling (c up, 1/c down) commutes with the step only
+  when the step of every array scales with the array itself and ignores the gradient's scale:
+  Covariant and Hyperball of a gradient-scale-invariant base without eps (SGD, Muon eps_mode 'none');
+  with an Adam base (LAMB) only as eps -> 0 -- the GPT's real gradients have entries near 0 (unused
+  embedding rows), where eps dominates -- so the table states nothing (None). Not SGD, Adam, Muon.
+* mup_step_size: Muon with exact msign ('svd'), scale 'spectral', and Nesterov or plain momentum (from
+  a zero state both give msign(g) on step 1); not Newton-Schulz, not the other scales.
+* averaging_identities (seed 004, eqs. 2 and 18): refopt's Average, and Schedule-Free with a constant lr,
+  no warmup and r = 0 (then every weight c_t = 1/t); not stated for other rules.
+* purity, determinism, bit_identical_resume: every refopt rule.
+
+Known limits of the table: Covariant/Hyperball of Muon with eps_mode 'add' hold up to eps; user norms
+(a callable ``norm``) are assumed positively homogeneous; Partition is the conjunction of its
+sub-rules. The table is checked against the measured outcome of each refopt rule in the tests.
+"""
+from __future__ import annotations
+
+__all__ = ["expected", "EXPECTED_TABLES"]
+
+
+def _name(rule) -> str:
+    return type(rule).__name__
+
+
+def _grad_scale(rule) -> bool:
+    n = _name(rule)
+    if n in ("Adam", "AdamW"):
+        return not (n == "Adam" and rule.weight_decay > 0)
+    if n == "ScheduleFreeAdamW":
+        return rule.weight_decay == 0
+    if n == "Muon":
+        return True
+    if n in ("Covariant", "Hyperball"):      # u/||u||: a base direction homogeneous in g suffices
+        return _normalisable(rule.base)
+    if n in ("EMA", "Average"):
+        return _grad_scale(rule.base)
+    if n == "Partition":
+        return all(_grad_scale(r) for r in rule.rules.values())
+    return False
+
+
+def _normalisable(base) -> bool:
+    """u(c g) = c^k u(g) for c > 0: scale-invariant bases and SGD without L2 (k = 1, eq. elr-g)."""
+    return _grad_scale(base) or (_name(base) == "SGD" and base.weight_decay == 0)
+
+
+def _orthogonal(rule) -> bool:
+    n = _name(rule)
+    if n in ("SGD", "Muon", "ScheduleFreeSGD"):
+        return True
+    if n == "Covariant":
+        return rule.norm in ("fro", "rms") and _orthogonal(rule.base)
+    if n in ("Hyperball", "EMA", "Average"):
+        return _orthogonal(rule.base)
+    return False
+
+
+def _elementwise(rule) -> bool:
+    n = _name(rule)
+    if n in ("SGD", "Adam", "AdamW", "ScheduleFreeSGD", "ScheduleFreeAdamW"):
+        return True
+    if n in ("Covariant", "Hyperball", "EMA", "Average"):
+        return _elementwise(rule.base)
+    if n == "Partition":
+        return all(_elementwise(r) for r in rule.rules.values())
+    return False
+
+
+def _covariant(rule) -> bool:
+    n = _name(rule)
+    if n == "Covariant":
+        return _normalisable(rule.base)
+    if n == "Hyperball":
+        return rule.radius is None and _normalisable(rule.base)
+    return False
+
+
+def _exact_scale_free(rule) -> bool:
+    """Gradient-scale invariant with no eps: Covariant/Hyperball of SGD (no L2) or Muon (eps_mode none)."""
+    n = _name(rule)
+    if n == "SGD":
+        return rule.weight_decay == 0
+    if n == "Muon":
+        return rule.eps_mode == "none"
+    if n in ("Covariant", "Hyperball"):
+        return _exact_scale_free(rule.base)
+    return False
+
+
+def _covariant_exact(rule):
+    """Covariance along a closed loop (reparametrization, the GPT's symmetries): gradients there come
+    near 0 (at the optimum, in unused embedding rows), where Adam's eps dominates, so only eps-free bases
+    are stated (Adam bases: None)."""
+    if not _covariant(rule):
+        return False
+    return True if _exact_scale_free(rule) else None
+
+
+def _mup(rule) -> bool:
+    return _name(rule) == "Muon" and rule.msign == "svd" and rule.scale == "spectral"
+
+
+def expected(rule) -> dict:
+    """{property name: True (holds) | False (fails) | None (not stated)} for ``rule``."""
+    return {
+        "gradient_scale_invariance": _grad_scale(rule),
+        "parameter_scale_covariance": _covariant(rule),
+        "orthogonal_equivariance": _orthogonal(rule),
+        "permutation_equivariance": _elementwise(rule),
+        "reparametrization_covariance": _covariant_exact(rule),
+        "gpt_symmetry_equivariance": _covariant_exact(rule),
+        "mup_step_size": _mup(rule),
+        "averaging_identities": True if _name(rule) == "Average" or (
+            _name(rule).startswith("ScheduleFree") and rule.schedule is None and not rule.warmup_steps
+            and rule.r == 0 and rule.weight_lr_power in (0.0, 2.0)) else None,
+        "purity": True,
+        "determinism": True,
+        "bit_identical_resume": True,
+    }
+
+
+#: The documented expected tables of ``refopt invariants`` for the peers (docs/crosscheck.md), as
+#: (implementation, kwargs, framework, rule expression) -> {property: outcome of the implementation}.
+#: Measured with the default tolerance policy (1e-5; torch Muon: 0.06, its bfloat16 Newton-Schulz) and
+#: max_examples=8; every row's exit status is 0 (each property the refopt rule has, the peer has too).
+EXPECTED_TABLES: dict = {
+    'torch.optim.SGD': {
+        "kwargs": {'lr': 0.1}, "rule": 'SGD(lr=0.1)',
+        "outcomes": {
+            'gradient_scale_invariance': 'fails',
+            'parameter_scale_covariance': 'fails',
+            'orthogonal_equivariance': 'holds',
+            'permutation_equivariance': 'holds',
+            'reparametrization_covariance': 'fails',
+            'gpt_symmetry_equivariance': 'fails',
+            'mup_step_size': 'fails',
+            'purity': 'holds',
+            'determinism': 'holds',
+            'bit_identical_resume': 'holds',
+        },
+    },
+    'torch.optim.Adam': {
+        "kwargs": {'lr': 0.01}, "rule": 'Adam(lr=0.01)',
+        "outcomes": {
+            'gradient_scale_invariance': 'holds',
+            'parameter_scale_covariance': 'fails',
+            'orthogonal_equivariance': 'fails',
+            'permutation_equivariance': 'holds',
+            'reparametrization_covariance': 'fails',
+            'gpt_symmetry_equivariance': 'fails',
+            'mup_step_size': 'fails',
+            'purity': 'holds',
+            'determinism': 'holds',
+            'bit_identical_resume': 'holds',
+        },
+    },
+    'torch.optim.AdamW': {
+        "kwargs": {'lr': 0.01}, "rule": 'AdamW(lr=0.01)',
+        "outcomes": {
+            'gradient_scale_invariance': 'holds',
+            'parameter_scale_covariance': 'fails',
+            'orthogonal_equivariance': 'fails',
+            'permutation_equivariance': 'holds',
+            'reparametrization_covariance': 'fails',
+            'gpt_symmetry_equivariance': 'fails',
+            'mup_step_size': 'fails',
+            'purity': 'holds',
+            'determinism': 'holds',
+            'bit_identical_resume': 'holds',
+        },
+    },
+    'torch.optim.Muon': {
+        "kwargs": {'lr': 0.02}, "rule": 'Muon.like_torch(lr=0.02)',
+        "outcomes": {
+            'gradient_scale_invariance': 'holds',
+            'parameter_scale_covariance': 'fails',
+            'orthogonal_equivariance': 'holds',
+            'permutation_equivariance': 'fails',
+            'reparametrization_covariance': 'fails',
+            'gpt_symmetry_equivariance': 'fails',
+            'mup_step_size': 'fails',
+            'purity': 'holds',
+            'determinism': 'holds',
+            'bit_identical_resume': 'holds',
+        },
+    },
+    'optax.adam': {
+        "kwargs": {'learning_rate': 0.01}, "rule": 'Adam(lr=0.01)',
+        "outcomes": {
+            'gradient_scale_invariance': 'holds',
+            'parameter_scale_covariance': 'fails',
+            'orthogonal_equivariance': 'fails',
+            'permutation_equivariance': 'holds',
+            'reparametrization_covariance': 'fails',
+            'gpt_symmetry_equivariance': 'fails',
+            'mup_step_size': 'fails',
+            'purity': 'holds',
+            'determinism': 'holds',
+            'bit_identical_resume': 'holds',
+        },
+    },
+    'optax.lamb': {
+        "kwargs": {'learning_rate': 0.01}, "rule": 'Covariant(Adam(eps=1e-6), lr=0.01)',
+        "outcomes": {
+            'gradient_scale_invariance': 'holds',
+            'parameter_scale_covariance': 'holds',
+            'orthogonal_equivariance': 'fails',
+            'permutation_equivariance': 'holds',
+            'reparametrization_covariance': 'fails',
+            'gpt_symmetry_equivariance': 'fails',
+            'mup_step_size': 'fails',
+            'purity': 'holds',
+            'determinism': 'holds',
+            'bit_identical_resume': 'holds',
+        },
+    },
+    'optax.contrib.muon': {
+        "kwargs": {'learning_rate': 0.02}, "rule": 'Muon.like_optax(0.02)',
+        "outcomes": {
+            'gradient_scale_invariance': 'holds',
+            'parameter_scale_covariance': 'fails',
+            'orthogonal_equivariance': 'holds',
+            'permutation_equivariance': 'fails',
+            'reparametrization_covariance': 'fails',
+            'gpt_symmetry_equivariance': 'fails',
+            'mup_step_size': 'fails',
+            'purity': 'holds',
+            'determinism': 'holds',
+            'bit_identical_resume': 'holds',
+        },
+    },
+}

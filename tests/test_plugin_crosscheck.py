@@ -1,0 +1,160 @@
+"""The plug-in cross-check (refopt.crosscheck.plugin): correct torch / optax implementations agree, and
+every deliberately wrong one (tests/wrong_impls.py, one convention bug each) is caught with the first
+differing step and leaf and diagnosed by name."""
+import numpy as np
+import pytest
+
+from refopt.crosscheck.plugin import check_impl
+
+torch = pytest.importorskip("torch", reason="peer torch not installed")
+import wrong_impls as W  # noqa: E402  (tests/ is on sys.path under pytest)
+
+PROBLEMS = ("stream", "quadratic")
+STEPS = 10
+
+
+def _check(impl, rule, kwargs, framework=None, layout=None, problems=PROBLEMS):
+    return check_impl(impl, rule, kwargs, framework, layout, steps=STEPS, problems=problems)
+
+
+def test_correct_handwritten_torch_adam_and_sgd_agree():
+    r = _check(W.MyAdam, "Adam(lr=0.01, weight_decay=0.01)", {"lr": 0.01, "weight_decay": 0.01})
+    assert r.agree and r.exit_code == 0, r.report()
+    assert all(p.tier == "exact" and p.params_rel <= 1e-12 for p in r.problems)
+    assert r.problems[0].state["m"][0] == "exp_avg" and r.problems[0].state["m"][1] <= 1e-12
+    r = _check(W.MySGD, "SGD(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3)",
+               {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-3})
+    assert r.agree, r.report()
+
+
+def test_torch_builtins_agree_including_muon_under_the_bf16_policy():
+    r = _check(torch.optim.AdamW, "AdamW(lr=0.01, beta2=0.95, weight_decay=0.1)",
+               {"lr": 0.01, "betas": (0.9, 0.95), "weight_decay": 0.1})
+    assert r.agree, r.report()
+    r = _check(torch.optim.Muon, "Muon.like_torch(lr=0.02)", {"lr": 0.02}, problems=("stream",))
+    assert r.agree and "bfloat16" in r.problems[0].tier, r.report()
+
+
+def test_correct_optax_agrees():
+    optax = pytest.importorskip("optax")
+    r = _check(optax.adamw, "AdamW(lr=0.01, weight_decay=0.1)", {"learning_rate": 0.01, "weight_decay": 0.1}, "jax")
+    assert r.agree, r.report()
+    r = _check(optax.lamb, "Covariant(Adam(eps=1e-6), lr=0.01)", {"learning_rate": 0.01}, "jax")
+    assert r.agree and max(p.params_rel for p in r.problems) <= 1e-12, r.report()
+
+
+WRONG_TORCH = [
+    (W.adam_eps_inside, "Adam(lr=0.01)", {"lr": 0.01}, "eps inside the sqrt"),
+    (W.adam_off_by_one, "Adam(lr=0.01)", {"lr": 0.01}, "bias correction off by one"),
+    (W.adamw_decay_after, "AdamW(lr=0.01, weight_decay=0.1)", {"lr": 0.01, "weight_decay": 0.1},
+     "decay applied after the update"),
+    (W.adamw_as_l2, "AdamW(lr=0.01, weight_decay=0.1)", {"lr": 0.01, "weight_decay": 0.1}, "L2 decay"),
+    (W.sgd_dampen_first, "SGD(lr=0.05, momentum=0.9, dampening=0.3)", {"lr": 0.05, "momentum": 0.9, "dampening": 0.3},
+     "momentum dampening on step 1"),
+    (W.sgd_decoupled_decay, "SGD(lr=0.05, momentum=0.9, weight_decay=0.01)",
+     {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}, "decoupled decay"),
+]
+
+
+@pytest.mark.parametrize("impl,rule,kwargs,diagnosis", WRONG_TORCH, ids=[w[3] for w in WRONG_TORCH])
+def test_wrong_torch_implementation_caught_and_named(impl, rule, kwargs, diagnosis):
+    r = _check(impl, rule, kwargs)
+    assert not r.agree and r.exit_code == 1
+    assert r.best.name == diagnosis and r.best.reproduces, r.report()
+    assert r.best.distance <= 1e-12 and r.rule_distance > 1e-6
+    text = r.report()
+    assert f"DIAGNOSIS: {diagnosis}" in text and "first difference [stream]: step " in text
+
+
+def test_wrong_torch_muon_layout_is_diagnosed():
+    r = _check(torch.optim.Muon, "Muon.like_torch(lr=0.02)", {"lr": 0.02}, layout="refopt", problems=("stream",))
+    assert not r.agree and r.best.name == "layout transposed" and r.best.reproduces, r.report()
+
+
+def _optax_wrong():
+    return [
+        (W.optax_adam_no_bias, "Adam(lr=0.01)", {"learning_rate": 0.01}, "no bias correction"),
+        (W.optax_adam_eps_hat, "Adam(lr=0.01)", {"learning_rate": 0.01}, "eps-hat"),
+        (W.optax_adamw_lr_free_decay, "AdamW(lr=0.01, weight_decay=0.1)",
+         {"learning_rate": 0.01, "weight_decay": 0.1}, "lr-independent decay"),
+        (W.optax_adam_eps_root, "Adam(lr=0.01, eps=1e-8)", {"learning_rate": 0.01, "eps": 1e-8}, "eps inside the sqrt"),
+        (W.optax_sgd_nesterov_missing, "SGD(lr=0.05, momentum=0.9, nesterov=True)",
+         {"learning_rate": 0.05, "momentum": 0.9}, "no Nesterov"),
+        ("optax.adamw", "AdamW(lr=0.01)", {"learning_rate": 0.01}, "optax adamw default decay 1e-4"),
+        ("optax.lars", "Covariant(SGD(momentum=0.9), lr=0.01)",
+         {"learning_rate": 0.01, "momentum": 0.9, "trust_coefficient": 1.0}, "momentum after the trust ratio"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_wrong_optax_implementation_caught_and_named(case):
+    optax = pytest.importorskip("optax")
+    impl, rule, kwargs, diagnosis = _optax_wrong()[case]
+    if isinstance(impl, str):
+        impl = getattr(optax, impl.split(".")[1])
+    r = _check(impl, rule, kwargs, "jax")
+    assert not r.agree and r.exit_code == 1
+    assert r.best.name == diagnosis and r.best.reproduces, r.report()
+    assert r.best.distance <= 1e-10 and r.rule_distance > 1e-6
+
+
+def test_negative_control_the_diagnosis_does_not_claim_an_unknown_bug():
+    """An Adam whose lr is off by 1 % matches no convention variant: the closest is named but marked as
+    not reproducing the numbers."""
+    r = _check(torch.optim.Adam, "Adam(lr=0.01)", {"lr": 0.0101})
+    assert not r.agree and not r.best.reproduces
+    assert "no known convention variant reproduces your numbers" in r.report()
+
+
+def test_float32_and_arguments():
+    r = check_impl(torch.optim.Adam, "Adam(lr=0.01)", {"lr": 0.01}, steps=10, dtype="float32", problems=("stream",))
+    assert r.agree and r.problems[0].params_rel <= 2e-5, r.report()
+    with pytest.raises(ValueError, match="dtype"):
+        check_impl(torch.optim.Adam, "Adam()", dtype="float16")
+    with pytest.raises(ValueError, match="steps"):
+        check_impl(torch.optim.Adam, "Adam()", steps=0)
+    with pytest.raises(ValueError, match="unknown problem"):
+        check_impl(torch.optim.Adam, "Adam()", problems=("nope",))
+    with pytest.raises(ValueError, match="unknown constructor 'Adom'"):
+        check_impl(torch.optim.Adam, "Adom()")
+
+
+def test_numpy_kind_and_user_errors():
+    from refopt.testing.adapters import UserCodeError
+
+    class Plain:
+        """a numpy SGD: init/step pair"""
+        def init(self, params):
+            return None
+
+        def step(self, state, params, grads):
+            return [p - 0.1 * g for p, g in zip(params, grads)], state
+
+    r = check_impl(Plain(), "SGD(lr=0.1)", framework="numpy", steps=5, problems=("quadratic",))
+    assert r.agree, r.report()
+
+    class Broken(Plain):
+        def step(self, state, params, grads):
+            raise KeyError("oops")
+
+    with pytest.raises(UserCodeError, match="KeyError: 'oops'"):
+        check_impl(Broken(), "SGD(lr=0.1)", framework="numpy", steps=2, problems=("quadratic",))
+    x = [np.ones(3)]
+    assert np.array_equal(x[0], np.ones(3))
+
+
+def test_lamb_zero_norm_gap_is_named():
+    """optax.lamb on the MLP (zero-initialised biases): optax's trust ratio is 1 at a zero norm, refopt's
+    Covariant makes no step -- the documented gap, diagnosed by name."""
+    optax = pytest.importorskip("optax")
+    r = check_impl(optax.lamb, "Covariant(Adam(eps=1e-6), lr=0.01)", {"learning_rate": 0.01}, "jax", steps=5,
+                   problems=("mlp",))
+    assert not r.agree and r.best.name == "trust ratio 1 at a zero norm" and r.best.reproduces, r.report()
+    assert r.problems[0].first[1].endswith(".b")
+
+
+def test_known_gap_preset_is_reported_not_run():
+    from refopt.crosscheck.presets import KNOWN_GAPS
+    from refopt.crosscheck.run import run_preset
+    r = run_preset(KNOWN_GAPS[0], "mlp", 3)
+    assert r.status == "gap" and "ratio 1" in r.message

@@ -1,0 +1,196 @@
+"""refopt.testing: the properties against refopt's own rules and the theory's table (expected.py), a
+shrunk counterexample, the adapters' purity and layout, and the README example."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+import refopt
+from refopt.testing import RuleAdapter, make_adapter
+from refopt.testing import properties as P
+from refopt.testing.adapters import from_layout, to_layout
+from refopt.testing.expected import expected
+
+README = os.path.join(os.path.dirname(__file__), "..", "README.md")
+
+RULES = [
+    refopt.SGD(lr=0.1, momentum=0.9),
+    refopt.Adam(lr=0.01),
+    refopt.Muon(lr=0.02, msign="svd"),
+    refopt.Covariant(refopt.SGD(momentum=0.5), lr=0.05),
+    refopt.Hyperball(refopt.Adam(), lr=0.05),
+]
+CHEAP = ["gradient_scale_invariance", "parameter_scale_covariance", "orthogonal_equivariance",
+         "permutation_equivariance", "reparametrization_covariance", "mup_step_size"]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: type(r).__name__ + ("" if not hasattr(r, "base") else
+                                                                          f"({type(r.base).__name__})"))
+def test_refopt_rules_behave_as_the_theory_says(rule):
+    """The theory's table (expected.py) against the measured outcome of each refopt rule."""
+    exp = expected(rule)
+    mo = P._matrix_only(rule)
+    for prop in P.PROPERTIES:
+        if prop.name not in CHEAP or exp[prop.name] is None:
+            continue
+        o = prop.run(RuleAdapter(rule), max_examples=4, rtol=1e-5, matrix_only=mo, lr=rule.lr)
+        if o.holds is None:
+            continue
+        assert o.holds == exp[prop.name], (prop.name, o)
+
+
+def test_mup_step_size_exact_for_svd_spectral_not_for_newton_schulz():
+    good = P.mup_step_size(RuleAdapter(refopt.Muon(lr=0.02, msign="svd")), max_examples=5, rtol=1e-10, lr=0.02)
+    assert good.holds and good.err <= 1e-12
+    ns = P.mup_step_size(RuleAdapter(refopt.Muon(lr=0.02)), max_examples=5, rtol=1e-3, lr=0.02)
+    assert ns.holds is False
+
+
+def test_counterexample_is_shrunk_torch_sgd_covariance():
+    """torch SGD is not covariant (seed 000, eq. phi); hypothesis shrinks the failing input to one tiny array."""
+    torch = pytest.importorskip("torch")
+    o = P.parameter_scale_covariance(make_adapter(torch.optim.SGD, {"lr": 0.1}), max_examples=10, rtol=1e-5)
+    assert o.holds is False and o.err > 0.1
+    x0 = re.search(r"x0=\[(.*?)\], grads", o.counterexample, re.S).group(1)
+    assert x0.count("[") <= 2 and len(re.findall(r"-?\d+\.\d+", x0)) <= 2, o.counterexample
+
+
+def test_invariants_report_torch_adam_and_wrong_claim():
+    torch = pytest.importorskip("torch")
+    props = ["gradient_scale_invariance", "permutation_equivariance", "purity", "bit_identical_resume"]
+    rep = P.invariants(torch.optim.Adam, "Adam(lr=0.01)", {"lr": 0.01}, properties=props, max_examples=3)
+    assert rep.exit_code == 0 and all(v == "holds" for v in rep.outcomes().values()), rep.table()
+    rep = P.invariants(torch.optim.SGD, "Adam(lr=0.01)", {"lr": 0.01}, properties=props[:1], max_examples=3)
+    assert rep.exit_code == 1 and rep.failures[0][0] == "gradient_scale_invariance"
+    rep = P.invariants(torch.optim.SGD, "SGD(lr=0.01)", {"lr": 0.01}, properties=props[:1], max_examples=3)
+    assert rep.exit_code == 0 and rep.rows[0][4] == "expected"      # an expected failure is not an error
+
+
+def test_optax_lamb_table_row():
+    optax = pytest.importorskip("optax")
+    rep = P.invariants(optax.lamb, "Covariant(Adam(eps=1e-6), lr=0.01)", {"learning_rate": 0.01}, framework="jax",
+                       properties=["parameter_scale_covariance", "orthogonal_equivariance"], max_examples=3)
+    assert rep.outcomes() == {"parameter_scale_covariance": "holds", "orthogonal_equivariance": "fails"}, rep.table()
+    assert rep.exit_code == 0
+
+
+def test_adapters_pure_and_layout():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 3, 4, 5))
+    t = to_layout(a, "torch")
+    assert t.shape == (5, 4, 2, 3) and np.array_equal(from_layout(t, "torch"), a)
+    assert to_layout(rng.standard_normal((4, 5)), "torch").shape == (5, 4)
+    ad = make_adapter(torch.optim.Adam, {"lr": 0.1})
+    x, g = [rng.standard_normal((3, 4))], [rng.standard_normal((3, 4))]
+    x_keep, g_keep = x[0].copy(), g[0].copy()
+    s0 = ad.init(x)
+    x1, s1 = ad.step(s0, x, g)
+    x1b, _ = ad.step(s0, x, g)                     # the same state again: the step did not mutate it
+    assert np.array_equal(x1[0], x1b[0]) and np.array_equal(x[0], x_keep) and np.array_equal(g[0], g_keep)
+    assert set(ad.state_arrays(s1)) == {"exp_avg", "exp_avg_sq"} and not ad.state_arrays(s0)
+    with pytest.raises(ValueError, match="layout"):
+        make_adapter(torch.optim.Adam, layout="tf")
+
+
+def test_jax_x64_is_scoped():
+    jax = pytest.importorskip("jax")
+    optax = pytest.importorskip("optax")
+    before = jax.config.jax_enable_x64
+    ad = make_adapter(optax.adam, {"learning_rate": 0.1}, framework="jax")
+    x, _ = ad.step(ad.init([np.ones(3)]), [np.ones(3)], [np.ones(3)])
+    assert x[0].dtype == np.float64 and jax.config.jax_enable_x64 == before
+
+
+def test_readme_example_runs():
+    pytest.importorskip("torch")
+    code = re.search(r"## Check your own optimizer.*?```python\n(.*?)```", open(README).read(), re.S).group(1)
+    assert len(code.strip().splitlines()) <= 20
+    ns = {}
+    exec(code, ns)
+    assert not ns["result"].agree and ns["result"].best.name == "decoupled decay (lr-coupled)"
+    assert ns["report"].exit_code == 0
+
+
+def test_averaging_identities_seed004_and_negative_control():
+    for rule in (refopt.Average(refopt.Adam(lr=0.01)), refopt.ScheduleFreeSGD(lr=0.5, beta=0.9),
+                 refopt.ScheduleFreeAdamW(lr=0.05)):
+        o = P.averaging_identities(RuleAdapter(rule), max_examples=3)
+        assert o.holds and o.err <= 1e-12 and expected(rule)["averaging_identities"] is True
+
+    class OffAverage(RuleAdapter):          # an average that is 0.1 % off must be caught
+        def state_arrays(self, state):
+            d = super().state_arrays(state)
+            return {**d, "mu": [None if a is None else a * 1.001 for a in d["mu"]]}
+    o = P.averaging_identities(OffAverage(refopt.Average(refopt.SGD(lr=0.1))), max_examples=3)
+    assert o.holds is False and o.err > 1e-4
+    assert P.averaging_identities(RuleAdapter(refopt.SGD()), max_examples=2).holds is None
+
+
+def test_documented_table_torch_sgd():
+    """The whole `refopt invariants` table of torch.optim.SGD matches EXPECTED_TABLES (docs/crosscheck.md)."""
+    torch = pytest.importorskip("torch")
+    from refopt.testing.expected import EXPECTED_TABLES
+    row = EXPECTED_TABLES["torch.optim.SGD"]
+    rep = P.invariants(torch.optim.SGD, row["rule"], row["kwargs"], max_examples=3,
+                       properties=[p for p in row["outcomes"] if p != "gpt_symmetry_equivariance"])
+    assert rep.exit_code == 0
+    got = rep.outcomes()
+    assert {k: got[k] for k in got} == {k: v for k, v in row["outcomes"].items() if k in got}, rep.table()
+
+
+def test_strategies_draw_what_they_promise():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from refopt.testing import strategies as S
+
+    @settings(max_examples=15, deadline=None, derandomize=True, database=None)
+    @given(m=S.matrices(), kind=st.sampled_from(["well", "ill", "rank_deficient"]), data=st.data())
+    def check(m, kind, data):
+        a = data.draw(S.matrices(kind))
+        sv = np.linalg.svd(a, compute_uv=False)
+        if kind == "well":
+            assert sv.min() >= 0.5 - 1e-12 and sv.max() <= 2 + 1e-12
+        elif kind == "rank_deficient" and min(a.shape) > 1:
+            assert sv.min() <= 1e-12 * sv.max()
+        n = data.draw(st.integers(1, 6))
+        q = data.draw(S.orthogonal(n))
+        assert np.allclose(q.T @ q, np.eye(n), atol=1e-13)
+        c = data.draw(S.positive_scales(1e-2, 1e2, 2.0))
+        assert 1e-2 * (1 - 1e-12) <= c <= 1e2 * (1 + 1e-12) and (c >= 2 - 1e-12 or c <= 0.5 + 1e-12)
+        tree = data.draw(S.pytrees(matrix=True))
+        assert all(x.ndim == 2 and min(x.shape) >= 2 for x in tree)
+        rule = data.draw(S.rule_configs())
+        assert isinstance(rule, refopt.Rule)
+        stream = data.draw(S.gradient_streams([(2, 3)], steps=2))
+        assert len(stream) == 2 and stream[0][0].shape == (2, 3) and np.abs(stream[0][0]).min() > 0
+    check()
+
+
+def test_missing_hypothesis_message(monkeypatch):
+    import builtins
+    import sys
+
+    import refopt.testing as T
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name == "hypothesis" or name.startswith("hypothesis."):
+            raise ImportError("No module named 'hypothesis'")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", fake)
+    monkeypatch.delitem(sys.modules, "refopt.testing.properties", raising=False)
+    with pytest.raises(ImportError, match=r'pip install "refopt\[testing\]"'):
+        T.invariants
+
+
+def test_msign_equivariance_and_its_negative_control():
+    """seed 003: msign(U G V^T) = U msign(G) V^T (exact SVD and Newton-Schulz alike); an elementwise sign
+    is not orthogonally equivariant and is caught."""
+    for method in ("svd", "newton_schulz"):
+        o = P.msign_equivariance(lambda g, m=method: refopt.msign(g, method=m), max_examples=8)
+        assert o.holds and o.err <= 1e-10, (method, o)
+    bad = P.msign_equivariance(np.sign, max_examples=8)
+    assert bad.holds is False and bad.err > 0.1
