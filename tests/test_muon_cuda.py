@@ -48,5 +48,7 @@ def test_device_muon_step_equals_the_cpu_step(dtype, tol):
 def test_muon_cuda_backend_is_validated_and_stored():
     with pytest.raises(ValueError, match="msign_backend"):
         refopt.Muon(msign_backend="gpu")
+    with pytest.raises(ValueError, match="Newton-Schulz only"):
+        refopt.Muon(msign="svd", msign_backend="cuda")
     rule = refopt.Muon(msign_backend="cuda")
     assert refopt.checkpoint.rule_from_json(refopt.checkpoint.rule_to_json(rule)) == rule

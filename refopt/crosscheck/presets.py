@@ -42,6 +42,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from refopt.rules.adam import Adam, AdamW
+from refopt.rules.clip import ClipByGlobalNorm
+from refopt.rules.lion import Lion
 from refopt.rules.sgd import SGD
 
 PEERS = ("torch", "optax", "schedulefree")
@@ -193,6 +195,24 @@ _TORCH = [
            lambda: _muon().like_torch(lr=0.02, momentum=0.9, nesterov=False, weight_decay=0.0),
            "plain EMA momentum into Newton-Schulz (1.3)",
            layout="transpose", matrix_only=True, state={"m": "momentum_buffer"}, tol=MUON_TORCH_BF16),
+    # the conventions added with the one-definition rules layer
+    Preset("torch.Adam(amsgrad)", "torch", "adam", ("Adam", dict(lr=1e-2, amsgrad=True)),
+           lambda: Adam(lr=1e-2, amsgrad=True),
+           "AMSGrad: max of the raw v, then its bias correction: sqrt(v_max)/sqrt(1-b2^t) + eps (1.2)",
+           state={**_ADAM_TORCH_STATE, "v_max": "max_exp_avg_sq"}),
+    Preset("torch.AdamW(amsgrad,wd=0.1)", "torch", "adamw",
+           ("AdamW", dict(lr=3e-2, betas=(0.9, 0.95), weight_decay=0.1, amsgrad=True)),
+           lambda: AdamW(lr=3e-2, beta1=0.9, beta2=0.95, weight_decay=0.1, amsgrad=True),
+           "AMSGrad with decoupled decay", state={**_ADAM_TORCH_STATE, "v_max": "max_exp_avg_sq"}),
+    Preset("torch.NAdam", "torch", "nadam", ("NAdam", dict(lr=1e-2)),
+           lambda: Adam(lr=1e-2, nesterov=True, momentum_decay=4e-3),
+           "Dozat's momentum schedule mu_t = b1 (1 - 0.96^(t psi)/2), psi = 4e-3, products kept; denominator "
+           "sqrt(v/bc2) + eps; mu_product in torch's default dtype (float64 while the float64 run steps)",
+           state=_ADAM_TORCH_STATE),
+    Preset("torch.NAdam(decoupled,wd=0.1)", "torch", "nadam",
+           ("NAdam", dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True)),
+           lambda: AdamW(lr=1e-2, weight_decay=0.1, nesterov=True, momentum_decay=4e-3),
+           "decoupled_weight_decay=True: x(1 - lr wd) first, as AdamW", state=_ADAM_TORCH_STATE),
 ]
 
 # ------------------------------------------------------------------------------------------------------
@@ -302,6 +322,18 @@ _OPTAX = [
            "optax.ema averages *updates*; refopt.EMA averages iterates. Comparable: optax.ema(decay, "
            "debias=True) fed the iterates x_t of optax.sgd equals refopt EMA's mu (2.6, PITFALLS B16)",
            state={"mu": "ema"}),
+    Preset("optax.amsgrad", "optax", "adam", ("amsgrad", dict(learning_rate=1e-2)),
+           lambda: Adam(lr=1e-2, amsgrad="bias_corrected"),
+           "scale_by_amsgrad: max of the bias-corrected v/(1-b2^t), then sqrt(v_max) + eps (2.3)",
+           state={**_ADAM_OPTAX_STATE, "v_max": "nu_max"}),
+    Preset("optax.lion", "optax", "lion", ("lion", dict(learning_rate=1e-2)),
+           lambda: Lion(lr=1e-2, weight_decay=1e-3),
+           "sign((1-b1) g + b1 m), then m = (1-b2) g + b2 m; optax's default weight_decay 1e-3 (refopt's "
+           "Lion defaults to 0), decoupled and lr-coupled", state={"m": "mu"}),
+    Preset("optax.clip_by_global_norm+adam", "optax", "clip", ("chain:clip_by_global_norm+adam",
+                                                              dict(max_norm=0.5, learning_rate=1e-2)),
+           lambda: ClipByGlobalNorm(Adam(lr=1e-2), max_norm=0.5),
+           "g <- g when ||g|| < max_norm, else (g/||g||) max_norm (no eps), over the whole tree, then Adam"),
 ]
 
 # ------------------------------------------------------------------------------------------------------

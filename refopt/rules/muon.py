@@ -163,6 +163,8 @@ class Muon(Rule):
     def __post_init__(self):
         _checks.nonnegative("lr", self.lr)
         _checks.one_of("msign_backend", self.msign_backend, {"cpu", "cuda"})
+        if self.msign_backend == "cuda" and self.msign == "svd":
+            raise ValueError("msign_backend='cuda' runs Newton-Schulz only; msign='svd' runs on the CPU")
         _checks.unit_interval("momentum", self.momentum)
         _checks.boolean("nesterov", self.nesterov)
         _checks.one_of("msign", self.msign, {"newton_schulz", "svd"})

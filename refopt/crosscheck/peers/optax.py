@@ -48,6 +48,10 @@ def float64_warmup(lr: float, warmup_steps: int):
 
 
 def _build(optax, ctor: str, kw: dict):
+    if ctor.startswith("chain:"):     # "chain:clip_by_global_norm+adam": a clipping stage, then an optimizer
+        clip, opt = ctor[len("chain:"):].split("+")
+        kw = dict(kw)
+        return optax.chain(getattr(optax, clip)(kw.pop("max_norm")), _build(optax, opt, kw))
     if kw.pop("float64_warmup", False):
         kw["learning_rate"] = float64_warmup(kw["learning_rate"], kw.pop("warmup_steps"))
     obj = optax

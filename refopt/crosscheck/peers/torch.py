@@ -45,7 +45,15 @@ class TorchRunner:
     def step(self, grads):
         for p, g in zip(self.params, grads):
             p.grad = self.torch.from_numpy((self.sign * self._to_peer(g)).astype(g.dtype, copy=True))
-        self.opt.step()
+        # torch keeps some scalars (NAdam's mu_product) in its default dtype: float64 while a float64 run steps,
+        # scoped to the step and restored (a float32 product alone costs about 1e-10)
+        old = self.torch.get_default_dtype()
+        if self.params and self.params[0].dtype == self.torch.float64:
+            self.torch.set_default_dtype(self.torch.float64)
+        try:
+            self.opt.step()
+        finally:
+            self.torch.set_default_dtype(old)
 
     def get_params(self):
         return [self._from_peer(p.detach().numpy()) for p in self.params]
