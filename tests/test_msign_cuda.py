@@ -43,6 +43,58 @@ def test_kernels_in_the_cuda_simulator():
     assert " passed" in last and "skipped" not in last and "failed" not in last, r.stdout[-2000:]
 
 
+# Compiles every kernel for a GPU (cc 9.0) through numba-cuda's front end -- typing and lowering to LLVM
+# IR, which the simulator (plain Python) never exercises -- and stops where NVVM would take over (no GPU
+# driver or toolkit needed). Prints, per kernel, the float64 arithmetic ops in the float32 IR.
+_FRONT_END = r"""
+import re, sys
+import numba.cuda.dispatcher as D
+import numba.cuda.cudadrv.nvrtc as NR
+import numba.cuda.cudadrv.nvvm as NV
+from numba import boolean, cuda, float32, float64, int32, int64
+
+class _Dev:
+    compute_capability = (9, 0)
+
+class Lowered(Exception):
+    pass
+
+def _stop(ir, *a, **k):
+    txt = "\n".join(map(str, ir)) if isinstance(ir, (list, tuple)) else str(ir)
+    raise Lowered(len(re.findall(r"f(add|sub|mul|div) double", txt)))
+
+D.get_current_device = lambda: _Dev()
+NR.find_closest_arch = lambda cc: cc
+NV.compile_ir = NV.llvm_to_ptx = _stop
+from refopt.linalg import _cuda_kernels as K
+for dt, name in [(float32, "float32"), (float64, "float64")]:
+    k = K.build(name, 128, 8, 8, 256)
+    A3, M, V = dt[:, :, ::1], dt[:, ::1], dt[::1]
+    sigs = {"syrk": (A3, A3, A3, dt, dt, dt, int32[:, ::1]), "gemm": (A3, A3, A3),
+            "absmax_partial": (A3, M, int32[::1]), "sumsq_partial": (A3, V, M), "reduce_final": (M, V, boolean),
+            "denominators": (V, V, V, V, int64, dt, dt), "scale": (A3, V, V, A3, boolean),
+            "transpose": (A3, A3), "nonfinite": (A3, int32[::1])}
+    for kn, sig in sigs.items():
+        try:
+            cuda.compile_ptx(k[kn].py_func, sig, cc=(9, 0))
+        except Lowered as e:
+            print(name, kn, e.args[0])
+"""
+
+
+@pytest.mark.skipif(DEVICE, reason="runs in the main process")
+@needs_numba_cuda
+def test_kernels_type_and_lower_for_a_gpu_and_float32_stays_float32():
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    r = subprocess.run([sys.executable, "-c", _FRONT_END], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    got = dict(((ln.split()[0], ln.split()[1]), int(ln.split()[2])) for ln in r.stdout.split("\n") if ln.strip())
+    assert len(got) == 18, r.stdout + r.stderr[-3000:]
+    assert all(v == 0 for (dt, _), v in got.items() if dt == "float32"), got      # no float64 arithmetic
+    assert got[("float64", "syrk")] > 0                                            # (the count works)
+
+
 def test_importing_refopt_does_not_import_numba_cuda():
     code = "import sys, refopt; refopt.msign(__import__('numpy').eye(2)); print('numba.cuda' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
