@@ -98,7 +98,8 @@ def main(argv=None) -> None:
         torch = None
         print("torch not installed: no peer column")
     load = os.getloadavg()
-    print(f"numpy {np.__version__}" + (f", torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else "")
+    peer = f", torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else ""
+    print(f"numpy {np.__version__}{peer}"
           + f", float32, Newton-Schulz {a.steps} steps (jordan), cpus={os.cpu_count()}, "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, medians of {a.repeats}")
     print(f"{'shape':>10} {'refopt s':>9} {'torch s':>8} {'ratio':>6} {'gemm GF/s':>10} {'NS GF/s':>8} "

@@ -2,11 +2,12 @@
 
 The simulator must be switched on (NUMBA_ENABLE_CUDASIM=1) before numba.cuda is first imported, and the
 rest of the suite runs numba's CPU JIT in the same process; so in a normal run
-``test_kernels_in_the_cuda_simulator`` runs this file's ``test_device_*`` tests again in a subprocess with the variable set. ``REFOPT_TEST_GPU=1 python -m pytest tests/test_msign_cuda.py``
-runs the device tests on a real GPU instead. Shapes are tiny (the simulator runs every thread as a Python
-thread); the small tile geometry TILES makes them span several tiles, with sizes that the tiles do not
-divide. Tolerances (issue 14): float64 1e-12, float32 1e-4 (two summation orders of the same float32
-iteration already differ by 2.6e-5 on a rank-3 33x50 matrix).
+``test_kernels_in_the_cuda_simulator`` runs this file's ``test_device_*`` tests again in a subprocess
+with the variable set. ``REFOPT_TEST_GPU=1 python -m pytest tests/test_msign_cuda.py`` runs them on a
+real GPU instead. Shapes are tiny (the simulator runs every thread as a Python thread); the small tile
+geometry of ``_tiles()`` makes them span several tiles, with sizes that the tiles do not divide.
+Tolerances (issue 14): float64 1e-12, float32 1e-4 (two summation orders of the same float32 iteration
+already differ by 2.6e-5 on a rank-3 33x50 matrix).
 """
 import importlib.util
 import os
