@@ -91,12 +91,18 @@ def main(argv=None) -> None:
     p.add_argument("--sizes", default="2048x2048,768x3072")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--repeats", type=int, default=9, help="repeats (medians are quoted)")
+    p.add_argument("--threads", type=int, default=None, help="BLAS threads of numpy and torch (default: theirs)")
     a = p.parse_args(argv)
     try:
         import torch
     except ImportError:
         torch = None
         print("torch not installed: no peer column")
+    if a.threads:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(a.threads)
+        if torch is not None:
+            torch.set_num_threads(a.threads)
     load = os.getloadavg()
     peer = f", torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else ""
     print(f"numpy {np.__version__}{peer}"
