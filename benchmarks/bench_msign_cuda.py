@@ -75,7 +75,7 @@ def main(argv=None) -> None:
     name, lib = _peer()
     gpu = getattr(dev, "name", "the CUDA simulator")
     print(f"GPU: {gpu.decode() if isinstance(gpu, bytes) else gpu}, numba-cuda, float32, "
-          f"tiles {_msign_cuda.DEFAULT_TILES}, cuBLAS via {name or 'none (install a CUDA torch or CuPy)'}, "
+          f"tiles {_msign_cuda.DEFAULT_TILES.bm} or {_msign_cuda.SMALL_TILES.bm} (auto_tiles), cuBLAS via {name or 'none (install a CUDA torch or CuPy)'}, "
           f"medians of {a.repeats}")
     rows = ns_coefficients("jordan", a.steps)
     print(f"{'shape':>11} {'gemm TF/s':>9} {'cuBLAS TF/s':>11} {'% cuBLAS':>8} {'NS5 s':>8} {'peer NS5 s':>10} "
@@ -87,7 +87,8 @@ def main(argv=None) -> None:
         P = (rng.standard_normal((m, m)) / np.sqrt(m)).astype(np.float32)
         dG, dP = cuda.to_device(G[None]), cuda.to_device(P[None])
         dY = cuda.device_array((1, m, n), np.float32)
-        t_gemm = _median_time(lambda: _msign_cuda.gemm(dP, dG, dY), cuda.synchronize, a.repeats)
+        tiles = _msign_cuda.auto_tiles(m, n)      # the geometry Newton-Schulz uses at this size
+        t_gemm = _median_time(lambda: _msign_cuda.gemm(dP, dG, dY, tiles=tiles), cuda.synchronize, a.repeats)
         t_ns = _median_time(lambda: _msign_cuda.newton_schulz_device(dG, rows), cuda.synchronize, a.repeats)
         out = _msign_cuda.newton_schulz_device(dG, rows).copy_to_host()[0]
         gemm_flops = 2.0 * m * m * n
@@ -126,7 +127,7 @@ def main(argv=None) -> None:
             d_ns = float(np.abs(out - lib.asnumpy(cupy_ns())).max())
         if name is None and m * n <= 2 ** 24:      # no peer: check against the CPU msign instead
             d_ns = float(np.abs(out - msign(G, steps=a.steps)).max())
-        print(f"{s:>11} {gemm_flops / t_gemm / 1e12:9.2f} {gemm_flops / t_peer / 1e12:11.2f} "
+        print(f"{s + '/' + str(tiles.bm):>11} {gemm_flops / t_gemm / 1e12:9.2f} {gemm_flops / t_peer / 1e12:11.2f} "
               f"{100 * t_peer / t_gemm:8.0f} {t_ns:8.4f} {t_peer_ns:10.4f} {t_ns / t_peer_ns:6.2f} "
               f"{ns_flops / t_ns / 1e12:8.2f} {d_gemm:14.2e} {d_ns:13.2e}", flush=True)
 

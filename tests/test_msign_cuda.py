@@ -46,7 +46,8 @@ def test_kernels_in_the_cuda_simulator():
 
 # Compiles every kernel for a GPU (cc 9.0) through numba-cuda's front end -- typing and lowering to LLVM
 # IR, which the simulator (plain Python) never exercises -- and stops where NVVM would take over (no GPU
-# driver or toolkit needed). Prints, per kernel, the float64 arithmetic ops in the float32 IR.
+# driver or toolkit needed), for both dtypes and for the small geometry too. Prints, per kernel, the
+# float64 arithmetic ops in its IR.
 _FRONT_END = r"""
 import re, sys
 import numba.cuda.dispatcher as D
@@ -68,8 +69,9 @@ D.get_current_device = lambda: _Dev()
 NR.find_closest_arch = lambda cc: cc
 NV.compile_ir = NV.llvm_to_ptx = _stop
 from refopt.linalg import _cuda_kernels as K
-for dt, name in [(float32, "float32"), (float64, "float64")]:
-    k = K.build(name, 128, 8, 8, 256)
+for dt, name, tiles in [(float32, "float32", (128, 8, 8, 256)), (float64, "float64", (128, 8, 8, 256)),
+                        (float32, "small", (64, 8, 4, 256))]:
+    k = K.build("float32" if name == "small" else name, *tiles)
     A3, M, V = dt[:, :, ::1], dt[:, ::1], dt[::1]
     sigs = {"syrk": (A3, A3, A3, dt, dt, dt, int32[:, ::1]), "gemm": (A3, A3, A3),
             "absmax_partial": (A3, M, int32[::1]), "sumsq_partial": (A3, V, M), "reduce_final": (M, V, boolean),
@@ -91,8 +93,8 @@ def test_kernels_type_and_lower_for_a_gpu_and_float32_stays_float32():
     r = subprocess.run([sys.executable, "-c", _FRONT_END], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
     got = dict(((ln.split()[0], ln.split()[1]), int(ln.split()[2])) for ln in r.stdout.split("\n") if ln.strip())
-    assert len(got) == 18, r.stdout + r.stderr[-3000:]
-    assert all(v == 0 for (dt, _), v in got.items() if dt == "float32"), got      # no float64 arithmetic
+    assert len(got) == 27, r.stdout + r.stderr[-3000:]
+    assert all(v == 0 for (dt, _), v in got.items() if dt != "float64"), got      # no float64 arithmetic
     assert got[("float64", "syrk")] > 0                                            # (the count works)
 
 
@@ -111,6 +113,13 @@ def test_cuda_backend_without_numba_cuda_says_what_to_install(monkeypatch):
     with pytest.raises(ImportError, match=r'pip install "refopt\[cuda\]"'):
         newton_schulz(np.eye(3), ns_coefficients("jordan", 5), backend="cuda")
     assert _msign_cuda.INSTALL_HINT == 'pip install "refopt[cuda]"'
+
+
+def test_auto_tiles_fills_the_gpu():
+    from refopt.linalg._msign_cuda import DEFAULT_TILES, SMALL_TILES, auto_tiles
+    assert auto_tiles(4096, 4096) == auto_tiles(16384, 4096) == DEFAULT_TILES     # 1024 blocks of 128^2
+    assert auto_tiles(1024, 1024) == auto_tiles(768, 3072) == SMALL_TILES        # 64 / 144 blocks: too few
+    assert auto_tiles(1024, 1024, batch=8) == DEFAULT_TILES
 
 
 @pytest.mark.parametrize("kw", [{"backend": "gpu"}, {"backend": None}, {"backend": "cuda", "method": "svd"},
