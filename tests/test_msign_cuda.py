@@ -2,11 +2,12 @@
 
 The simulator must be switched on (NUMBA_ENABLE_CUDASIM=1) before numba.cuda is first imported, and the
 rest of the suite runs numba's CPU JIT in the same process; so in a normal run
-``test_kernels_in_the_cuda_simulator`` runs this file's ``test_device_*`` tests again in a subprocess with the variable set. ``REFOPT_TEST_GPU=1 python -m pytest tests/test_msign_cuda.py``
-runs the device tests on a real GPU instead. Shapes are tiny (the simulator runs every thread as a Python
-thread); the small tile geometry TILES makes them span several tiles, with sizes that the tiles do not
-divide. Tolerances (issue 14): float64 1e-12, float32 1e-4 (two summation orders of the same float32
-iteration already differ by 2.6e-5 on a rank-3 33x50 matrix).
+``test_kernels_in_the_cuda_simulator`` runs this file's ``test_device_*`` tests again in a subprocess
+with the variable set. ``REFOPT_TEST_GPU=1 python -m pytest tests/test_msign_cuda.py`` runs them on a
+real GPU instead. Shapes are tiny (the simulator runs every thread as a Python thread); the small tile
+geometry of ``_tiles()`` makes them span several tiles, with sizes that the tiles do not divide.
+Tolerances (issue 14): float64 1e-12, float32 1e-4 (two summation orders of the same float32 iteration
+already differ by 2.6e-5 on a rank-3 33x50 matrix).
 """
 import importlib.util
 import os
@@ -43,6 +44,60 @@ def test_kernels_in_the_cuda_simulator():
     assert " passed" in last and "skipped" not in last and "failed" not in last, r.stdout[-2000:]
 
 
+# Compiles every kernel for a GPU (cc 9.0) through numba-cuda's front end -- typing and lowering to LLVM
+# IR, which the simulator (plain Python) never exercises -- and stops where NVVM would take over (no GPU
+# driver or toolkit needed), for both dtypes and for the small geometry too. Prints, per kernel, the
+# float64 arithmetic ops in its IR.
+_FRONT_END = r"""
+import re, sys
+import numba.cuda.dispatcher as D
+import numba.cuda.cudadrv.nvrtc as NR
+import numba.cuda.cudadrv.nvvm as NV
+from numba import boolean, cuda, float32, float64, int32, int64
+
+class _Dev:
+    compute_capability = (9, 0)
+
+class Lowered(Exception):
+    pass
+
+def _stop(ir, *a, **k):
+    txt = "\n".join(map(str, ir)) if isinstance(ir, (list, tuple)) else str(ir)
+    raise Lowered(len(re.findall(r"f(add|sub|mul|div) double", txt)))
+
+D.get_current_device = lambda: _Dev()
+NR.find_closest_arch = lambda cc: cc
+NV.compile_ir = NV.llvm_to_ptx = _stop
+from refopt.linalg import _cuda_kernels as K
+for dt, name, tiles in [(float32, "float32", (128, 8, 8, 256)), (float64, "float64", (128, 8, 8, 256)),
+                        (float32, "small", (64, 8, 4, 256))]:
+    k = K.build("float32" if name == "small" else name, *tiles)
+    A3, M, V = dt[:, :, ::1], dt[:, ::1], dt[::1]
+    sigs = {"syrk": (A3, A3, A3, dt, dt, dt, int32[:, ::1]), "gemm": (A3, A3, A3),
+            "absmax_partial": (A3, M, int32[::1]), "sumsq_partial": (A3, V, M), "reduce_final": (M, V, boolean),
+            "denominators": (V, V, V, V, int64, dt, dt), "scale": (A3, V, V, A3, boolean),
+            "transpose": (A3, A3), "nonfinite": (A3, int32[::1])}
+    for kn, sig in sigs.items():
+        try:
+            cuda.compile_ptx(k[kn].py_func, sig, cc=(9, 0))
+        except Lowered as e:
+            print(name, kn, e.args[0])
+"""
+
+
+@pytest.mark.skipif(DEVICE, reason="runs in the main process")
+@needs_numba_cuda
+def test_kernels_type_and_lower_for_a_gpu_and_float32_stays_float32():
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    r = subprocess.run([sys.executable, "-c", _FRONT_END], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    got = dict(((ln.split()[0], ln.split()[1]), int(ln.split()[2])) for ln in r.stdout.split("\n") if ln.strip())
+    assert len(got) == 27, r.stdout + r.stderr[-3000:]
+    assert all(v == 0 for (dt, _), v in got.items() if dt != "float64"), got      # no float64 arithmetic
+    assert got[("float64", "syrk")] > 0                                            # (the count works)
+
+
 def test_importing_refopt_does_not_import_numba_cuda():
     code = "import sys, refopt; refopt.msign(__import__('numpy').eye(2)); print('numba.cuda' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -58,6 +113,13 @@ def test_cuda_backend_without_numba_cuda_says_what_to_install(monkeypatch):
     with pytest.raises(ImportError, match=r'pip install "refopt\[cuda\]"'):
         newton_schulz(np.eye(3), ns_coefficients("jordan", 5), backend="cuda")
     assert _msign_cuda.INSTALL_HINT == 'pip install "refopt[cuda]"'
+
+
+def test_auto_tiles_fills_the_gpu():
+    from refopt.linalg._msign_cuda import DEFAULT_TILES, SMALL_TILES, auto_tiles
+    assert auto_tiles(4096, 4096) == auto_tiles(16384, 4096) == DEFAULT_TILES     # 1024 blocks of 128^2
+    assert auto_tiles(1024, 1024) == auto_tiles(768, 3072) == SMALL_TILES        # 64 / 144 blocks: too few
+    assert auto_tiles(1024, 1024, batch=8) == DEFAULT_TILES
 
 
 @pytest.mark.parametrize("kw", [{"backend": "gpu"}, {"backend": None}, {"backend": "cuda", "method": "svd"},

@@ -7,6 +7,11 @@ import math
 
 import numpy as np
 from numba import cuda, float32, float64
+from numba.core import config
+
+#: device functions are inlined into the kernels at the NVVM level (register-resident accumulators,
+#: shared-memory loads kept as such); the simulator has no such option
+_DEVICE = {"device": True} if config.ENABLE_CUDASIM else {"device": True, "forceinline": True}
 
 
 def build(dtype_name: str, BM: int, BK: int, TM: int, RED: int) -> dict:
@@ -18,7 +23,7 @@ def build(dtype_name: str, BM: int, BK: int, TM: int, RED: int) -> dict:
     PAD = BM + 1                  # padded shared rows: the transposed stores of a slab do not conflict
     FMAX = float(np.finfo(dtype_name).max)
 
-    @cuda.jit(device=True)
+    @cuda.jit(**_DEVICE)
     def _mac(As, Bs, acc):
         """acc[i, j] += sum_kk As[kk, ty + S i] Bs[kk, tx + S j] (one shared slab)."""
         tid = cuda.threadIdx.x
@@ -35,7 +40,7 @@ def build(dtype_name: str, BM: int, BK: int, TM: int, RED: int) -> dict:
                 for j in range(TM):
                     acc[i, j] += a[i] * b[j]
 
-    @cuda.jit(device=True)
+    @cuda.jit(**_DEVICE)
     def _load_rows(As, X, b, r0, k0, m, k):
         """As[kk, i] = X[b, r0 + i, k0 + kk] (zero outside): a BM-row slab, read along X's rows."""
         for e in range(cuda.threadIdx.x, BK * BM, NT):
@@ -131,7 +136,7 @@ def build(dtype_name: str, BM: int, BK: int, TM: int, RED: int) -> dict:
                 if r < m and c < n:
                     Y[b, r, c] = acc[i, j]
 
-    @cuda.jit(device=True)
+    @cuda.jit(**_DEVICE)
     def _block_reduce(sh, v, op_max):
         """Tree reduction of v over the block (max if op_max else sum); the result is in sh[0]."""
         tid = cuda.threadIdx.x

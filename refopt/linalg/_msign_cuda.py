@@ -59,6 +59,19 @@ class Tiles(NamedTuple):
 
 #: The production geometry (128 x 128 tiles, 8 x 8 per thread, 256 threads a block).
 DEFAULT_TILES = Tiles()
+#: For products whose 128-tile grid would leave most of a large GPU idle (64 x 64 tiles, 4 x 4 a thread).
+SMALL_TILES = Tiles(bm=64, bk=8, tm=4)
+#: Fewer 128-tile blocks than this in the P X product: use SMALL_TILES (about 2 blocks per SM of a
+#: 132-SM H100 / H200).
+MIN_BLOCKS = 264
+
+
+def auto_tiles(m: int, n: int, batch: int = 1) -> Tiles:
+    """The geometry for Newton-Schulz on a (batch, m, n) stack: DEFAULT_TILES when the P X product
+    fills the GPU with 128 x 128 tiles, else SMALL_TILES."""
+    mm, nn = min(m, n), max(m, n)
+    blocks = batch * -(-mm // DEFAULT_TILES.bm) * -(-nn // DEFAULT_TILES.bm)
+    return DEFAULT_TILES if blocks >= MIN_BLOCKS else SMALL_TILES
 
 
 def _check_tiles(t: Tiles) -> None:
@@ -136,13 +149,14 @@ def _normalise(G, X, eps_mode, norm_eps, norm_factor, tiles, check_finite):
 
 
 def newton_schulz_device(G, rows, eps_mode="none", norm_eps=0.0, norm_factor=1.0, *,
-                         tiles: Tiles = DEFAULT_TILES, check_input=True):
+                         tiles: Tiles | None = None, check_input=True):
     """Newton-Schulz on a C-contiguous device array G of shape (B, m, n) (float32 or float64); returns a
     new device array of the same shape. Raises ValueError when ``check_input`` and G holds nan or inf,
     FloatingPointError when the result does not stay finite."""
     cuda = _cuda()
-    k = kernels(G.dtype.name, tiles)
     B, m, n = G.shape
+    tiles = auto_tiles(m, n, B) if tiles is None else tiles
+    k = kernels(G.dtype.name, tiles)
     mm, nn = min(m, n), max(m, n)
     X = cuda.device_array((B, mm, nn), G.dtype)
     if B * m * n == 0:
@@ -171,12 +185,13 @@ def newton_schulz_device(G, rows, eps_mode="none", norm_eps=0.0, norm_factor=1.0
 
 
 def msign_cuda(G, rows, eps_mode="none", norm_eps=0.0, norm_factor=1.0, *, stack=False,
-               tiles: Tiles = DEFAULT_TILES):
+               tiles: Tiles | None = None):
     """:func:`refopt.msign` (Newton-Schulz) on the GPU. ``G``: a numpy array (returns numpy) or a numba /
     ``__cuda_array_interface__`` device array (C-contiguous; returns a numba device array, no host copy),
     float32 or float64, shape (m, n) or, with ``stack``, (..., m, n). Raises ValueError for a bad input
     (dtype, shape, nan/inf, a non-contiguous device array), FloatingPointError for a diverging schedule,
-    ImportError / RuntimeError without numba-cuda / a GPU."""
+    ImportError / RuntimeError without numba-cuda / a GPU. ``tiles``: the launch geometry (None: by
+    :func:`auto_tiles`)."""
     cuda = _cuda()
     on_host = isinstance(G, np.ndarray)
     if not on_host:
