@@ -326,3 +326,17 @@ def test_save_and_load_reject_state_arrays_of_other_shapes(tmp_path, monkeypatch
     # the right state still saves and loads, with and without the rule
     save(tmp_path / "c", p, s, None)
     assert load(tmp_path / "c", rule=RULE).rule is RULE
+
+
+def test_numbers_of_another_numeric_type_in_the_global_state_are_accepted(tmp_path):
+    """A schedule may turn a rule's float into an np.float64: such a state is valid (the check compares
+    kinds of leaves, not exact Python types), while a string there is not."""
+    sf = pytest.importorskip("refopt.rules.schedule_free")
+    rule = sf.ScheduleFreeSGD(lr=0.1)
+    p = {"w": np.ones(3)}
+    s = refopt.init(rule, p)
+    s = s._replace(glob=type(s.glob)(s.glob[0], np.float64(s.glob[1]), s.glob[2]))
+    save(tmp_path / "c", p, s, rule)
+    assert load(tmp_path / "c").state.glob[1] == s.glob[1]
+    with pytest.raises(CheckpointError, match="global state"):
+        save(tmp_path / "d", p, s._replace(glob=type(s.glob)(s.glob[0], "x", s.glob[2])), rule)
