@@ -174,10 +174,6 @@ def _decode_value(v: Any) -> Any:
             if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)) or \
                     (tag == "__rule__" and not issubclass(cls, Rule)):
                 raise CheckpointError(f"{'.'.join(v[tag])} is not a refopt {tag.strip('_')} class")
-            names = {f.name for f in dataclasses.fields(cls) if f.init}
-            if set(v["fields"]) != names:   # a missing field would silently take its default
-                raise CheckpointError(f"the stored {'.'.join(v[tag])} has the fields {sorted(v['fields'])}, "
-                                      f"the class has {sorted(names)}")
             kwargs = {k: _decode_value(a) for k, a in v["fields"].items()}
             try:
                 return cls(**kwargs)

@@ -139,6 +139,15 @@ def test_every_metadata_key_removed(good, tmp_path):
             node = node[k]
         del node[where[-1]]
         _rewrite(path, bad, meta=m)
+        if len(where) >= 2 and where[0] == "rule" and where[-2] == "fields":
+            # a rule field left out takes the class default (files written before a field was added
+            # still load); the arrays must be untouched
+            try:
+                c = load(bad)
+            except CheckpointError:
+                continue
+            assert isinstance(c.rule, refopt.core.Rule) and _same(c._replace(rule=ref.rule), ref), where
+            continue
         with pytest.raises(CheckpointError):
             load(bad)
         n += 1
@@ -273,7 +282,7 @@ def test_no_code_runs_from_an_npy_header(good, tmp_path):
     (lambda m: m["state"]["def"].update(type=["collections", "X"], fields=["t", "glob", "class"]), "field names"),
     (lambda m: m["state"]["def"].update(type=["collections", "X"], fields=["t", "g", "1x"]), "malformed|fields"),
     (lambda m: m["state"]["def"].update(type=["collections", "X"], fields=["t", "g"]), "fields"),
-    (lambda m: m.update(rule={"__rule__": ["refopt.rules.sgd", "SGD"], "fields": {"lr": 0.1}}), "fields"),
+    (lambda m: m.update(rule={"__rule__": ["refopt.rules.sgd", "SGD"], "fields": {"lr": 0.1}}), "global state"),
     (lambda m: m["rule"]["fields"].update(bogus=1), "fields"),
     (lambda m: m.update(rule=[[[[[[[[[[]]]]]]]]]]), "not a refopt rule"),
     (lambda m: m.update(rule={"__tuple__": 5}), "malformed"),
