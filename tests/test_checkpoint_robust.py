@@ -283,7 +283,7 @@ def test_no_code_runs_from_an_npy_header(good, tmp_path):
     (lambda m: m["state"]["def"].update(type=["collections", "X"], fields=["t", "g", "1x"]), "malformed|fields"),
     (lambda m: m["state"]["def"].update(type=["collections", "X"], fields=["t", "g"]), "fields"),
     (lambda m: m.update(rule={"__rule__": ["refopt.rules.sgd", "SGD"], "fields": {"lr": 0.1}}), "global state"),
-    (lambda m: m["rule"]["fields"].update(bogus=1), "fields"),
+    (lambda m: m["rule"]["fields"].update(bogus=1), "cannot rebuild"),
     (lambda m: m.update(rule=[[[[[[[[[[]]]]]]]]]]), "not a refopt rule"),
     (lambda m: m.update(rule={"__tuple__": 5}), "malformed"),
     (lambda m: m.update(extra=[1]), "extra"),
