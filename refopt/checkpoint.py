@@ -432,7 +432,7 @@ def _check_state(params: Any, state: OptState, rule: Rule | None) -> None:
             raise CheckpointError(f"the rule {type(rule).__name__} cannot take these params: {e}") from None
         g0 = rule.init_global()
         if T.structure(state.glob) != T.structure(g0) or \
-                any(type(a) is not type(b) for a, b in zip(T.leaves(state.glob), T.leaves(g0))):
+                any(_kind(a) != _kind(b) for a, b in zip(T.leaves(state.glob), T.leaves(g0))):
             raise CheckpointError(f"the global state {T.structure(state.glob)} is not of the kind "
                                   f"{T.structure(g0)} that {type(rule).__name__} keeps")
     for i, (x, s, p) in enumerate(zip(xs, subtrees, paths)):
@@ -443,7 +443,8 @@ def _check_state(params: Any, state: OptState, rule: Rule | None) -> None:
                 raise CheckpointError(f"the state of {p} does not match params and rule: it is {got_def}, "
                                       f"{type(rule).__name__} makes {want_def}")
             for a, b in zip(got_leaves, want_leaves):
-                if not isinstance(b, np.ndarray) and (type(a) is not type(b) or a != b):  # e.g. a Partition label
+                if not isinstance(b, np.ndarray) and (_kind(a) != _kind(b) or (isinstance(b, str) and a != b)):
+                    # e.g. a Partition label, which must be the one the rule gives this parameter
                     raise CheckpointError(f"the state of {p} holds {a!r} where {type(rule).__name__} keeps {b!r}")
                 if isinstance(b, np.ndarray) and not (isinstance(a, np.ndarray) and a.shape == b.shape
                                                       and a.dtype == b.dtype):
@@ -456,6 +457,18 @@ def _check_state(params: Any, state: OptState, rule: Rule | None) -> None:
                                                                               or a.size == 0)):
                     raise CheckpointError(f"the state of {p} holds an array {a.dtype}{list(a.shape)} that does "
                                           f"not match the parameter {x.dtype}{list(x.shape)}")
+
+
+def _kind(v: Any) -> str:
+    """What a state leaf is, loosely: numbers of any Python or numpy type (not bool) are alike, so a
+    rule may keep a float that a schedule turned into an np.float64."""
+    if isinstance(v, np.ndarray):
+        return f"array{v.ndim}"
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, (int, float, np.number)):
+        return "number"
+    return type(v).__name__
 
 
 def _init(rule: Rule, params: Any) -> OptState:

@@ -51,8 +51,9 @@ def test_select_filters_and_rejects_unknown_names():
     assert len(select("all", misconfigured=True)) == len(PRESETS) + len(MISCONFIGURED)
     with pytest.raises(ValueError, match="against"):
         select("jax")
-    with pytest.raises(ValueError, match="unknown rule family 'lion'"):
-        select("all", ["lion"])
+    with pytest.raises(ValueError, match="unknown rule family 'adagrad'"):   # ('lion' is a family now)
+        select("all", ["adagrad"])
+    assert {p.family for p in select("all", ["lion", "clip"])} == {"lion", "clip"}
     assert "nadam" in FAMILIES
 
 
