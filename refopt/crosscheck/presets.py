@@ -196,11 +196,11 @@ _TORCH = [
            "plain EMA momentum into Newton-Schulz (1.3)",
            layout="transpose", matrix_only=True, state={"m": "momentum_buffer"}, tol=MUON_TORCH_BF16),
     # the conventions added with the one-definition rules layer
-    Preset("torch.Adam(amsgrad)", "torch", "adam", ("Adam", dict(lr=1e-2, amsgrad=True)),
+    Preset("torch.Adam(amsgrad)", "torch", "amsgrad", ("Adam", dict(lr=1e-2, amsgrad=True)),
            lambda: Adam(lr=1e-2, amsgrad=True),
            "AMSGrad: max of the raw v, then its bias correction: sqrt(v_max)/sqrt(1-b2^t) + eps (1.2)",
            state={**_ADAM_TORCH_STATE, "v_max": "max_exp_avg_sq"}),
-    Preset("torch.AdamW(amsgrad,wd=0.1)", "torch", "adamw",
+    Preset("torch.AdamW(amsgrad,wd=0.1)", "torch", "amsgrad",
            ("AdamW", dict(lr=3e-2, betas=(0.9, 0.95), weight_decay=0.1, amsgrad=True)),
            lambda: AdamW(lr=3e-2, beta1=0.9, beta2=0.95, weight_decay=0.1, amsgrad=True),
            "AMSGrad with decoupled decay", state={**_ADAM_TORCH_STATE, "v_max": "max_exp_avg_sq"}),
@@ -322,7 +322,7 @@ _OPTAX = [
            "optax.ema averages *updates*; refopt.EMA averages iterates. Comparable: optax.ema(decay, "
            "debias=True) fed the iterates x_t of optax.sgd equals refopt EMA's mu (2.6, PITFALLS B16)",
            state={"mu": "ema"}),
-    Preset("optax.amsgrad", "optax", "adam", ("amsgrad", dict(learning_rate=1e-2)),
+    Preset("optax.amsgrad", "optax", "amsgrad", ("amsgrad", dict(learning_rate=1e-2)),
            lambda: Adam(lr=1e-2, amsgrad="bias_corrected"),
            "scale_by_amsgrad: max of the bias-corrected v/(1-b2^t), then sqrt(v_max) + eps (2.3)",
            state={**_ADAM_OPTAX_STATE, "v_max": "nu_max"}),
