@@ -185,24 +185,26 @@ def _case(matrix_only, dtype, steps=STEPS, big=False):
                      st.integers(0, 2 ** 16), st.floats(math.log(1e-1), math.log(1e1)))
 
 
-def gradient_scale_invariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, dtype=np.float64, **_):
+def gradient_scale_invariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, dtype=np.float64,
+                              scales=(1e-1, 1e1), **_):
     def check(case):
         c = case["c"]
         a = _guard(_traj)(adapter, case["x0"], case["grads"])
         b = _guard(_traj)(adapter, case["x0"], [[c * g for g in gs] for gs in case["grads"]])
         return _maxdiff(a, b) / max(_motion(case["x0"], a), 1e-300)
-    strat = st.builds(lambda d, c: {**d, "c": c}, _case(matrix_only, dtype, big=True), S.positive_scales(1e-1, 1e1))
+    strat = st.builds(lambda d, c: {**d, "c": c}, _case(matrix_only, dtype, big=True), S.positive_scales(*scales))
     return run_property("gradient_scale_invariance", strat, check, max_examples, rtol)
 
 
-def parameter_scale_covariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, dtype=np.float64, **_):
+def parameter_scale_covariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, dtype=np.float64,
+                               scales=(1e-1, 1e1), **_):
     def check(case):
         c1, c2 = case["c1"], case["c2"]
         a = _guard(_traj)(adapter, case["x0"], case["grads"])
         b = _guard(_traj)(adapter, [c1 * x for x in case["x0"]], [[c2 * g for g in gs] for gs in case["grads"]])
         return _maxdiff([[c1 * x for x in xs] for xs in a], b) / max(c1 * _motion(case["x0"], a), 1e-300)
     strat = st.builds(lambda d, c1, c2: {**d, "c1": c1, "c2": c2}, _case(matrix_only, dtype),
-                      S.positive_scales(1e-1, 1e1), S.positive_scales(1e-1, 1e1, 1.0))
+                      S.positive_scales(*scales), S.positive_scales(*scales, 1.0))
     return run_property("parameter_scale_covariance", strat, check, max_examples, rtol)
 
 
