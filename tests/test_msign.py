@@ -45,11 +45,6 @@ def random_with_singular_values(rng, m, n, s):
     return (U * np.asarray(s, dtype=np.float64)) @ V.T
 
 
-def haar(rng, n):
-    Q, R = np.linalg.qr(rng.standard_normal((n, n)))
-    return Q * np.sign(np.diag(R))
-
-
 # ---- PITFALLS B08 -------------------------------------------------------------------------------------
 def test_b08_ns5_diag():
     out = msign(np.diag([3.0, 1.0]), coeffs="jordan", steps=5, eps_mode="add", norm_eps=1e-7)
