@@ -1,8 +1,12 @@
-"""Fused primitives for networks: softmax, log_softmax, cross_entropy, rms_norm, embedding, attention, swiglu.
+"""Fused primitives for networks: softmax, log_softmax, cross_entropy, rms_norm, embedding, attention, swiglu,
+and the GPT's model-level ones: linear_concat (packed q/k/v and gate/up GEMMs), self_attention (causal
+multi-head attention of a packed qkv, QK-norm inside), ffn_activation (SwiGLU / ReGLU / GELU).
 
 Each is one primitive with a hand-written VJP (STYLE.md sections 3.2-3.3), faster and more stable than
-composing the pointwise ops, and each has its own finite-difference test. Like every primitive they
-return plain ndarrays when no input is a traced node. All keep the input dtype.
+composing the pointwise ops, and each has its own finite-difference test; the model-level ones are also
+checked against the unfused composition of elementary primitives (``models.gpt.loss(..., fused=False)``,
+tests/test_fused.py). The row-wise work runs in numba kernels (``_kernels``), the matrix products in BLAS.
+Like every primitive they return plain ndarrays when no input is a traced node. All keep the input dtype.
 """
 from __future__ import annotations
 
