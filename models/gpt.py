@@ -317,7 +317,8 @@ def _generate(params: dict, idx, n_new: int, temperature: float, seed: int, conf
     out = np.array(_check_idx(idx, config), dtype=np.int64)
     rng = np.random.default_rng(seed)
     for _ in range(n_new):
-        logits = np.asarray(apply(params, out[:, -config.block_size:], config, check=False))[:, -1, :].astype(np.float64)
+        logits = np.asarray(apply(params, out[:, -config.block_size:], config, check=False))
+        logits = logits[:, -1, :].astype(np.float64)
         if temperature == 0:
             nxt = np.argmax(logits, axis=-1)
         else:

@@ -139,7 +139,8 @@ def embedding(table, ids):
     """Row gather ``table[ids]``: table (V, C), integer ids (...) -> (..., C).
 
     VJP: d table = scatter-add of g's rows into the rows named by ids (repeated ids, the normal case in a
-    batch of tokens, accumulate; a serial numba loop over the tokens in order, ``np.add.at`` semantics). Raises ValueError for non-integer or out-of-range ids.
+    batch of tokens, accumulate; a serial numba loop over the tokens in order, ``np.add.at`` semantics).
+    Raises ValueError for non-integer or out-of-range ids.
     """
     tv = table.value if isinstance(table, Node) else np.asarray(table)
     ids = np.asarray(ids)
