@@ -62,14 +62,15 @@ def main():
         p = gpt.init(cfg, 0, np.float32)
         rule = refopt.AdamW(lr=1e-3, weight_decay=0.01)
         state = refopt.init(rule, p)
-        times = []
+        times, cpu = [], []
         for i, (x, y) in enumerate(batches):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             _, g = vg(p, x, y)
             p, state = refopt.update_(rule, state, p, g)
             if i >= 3:
                 times.append(time.perf_counter() - t)
-        return np.median(times)
+                cpu.append(time.process_time() - c)
+        return np.median(times), np.median(cpu)
 
     # ---- torch: the same model, the same initial weights ----------------------------------------------
     p0 = gpt.init(cfg, 0, np.float32)
@@ -102,24 +103,29 @@ def main():
             for w, w0 in zip(refopt.tree.leaves(tp), refopt.tree.leaves(p0)):
                 w.copy_(torch.from_numpy(w0))
         opt = torch.optim.AdamW(refopt.tree.leaves(tp), lr=1e-3, weight_decay=0.01)
-        times = []
+        times, cpu = [], []
         for i, (x, y) in enumerate(tb):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             opt.zero_grad(set_to_none=True)
             forward(x, y).backward()
             opt.step()
             if i >= 3:
                 times.append(time.perf_counter() - t)
-        return np.median(times)
+                cpu.append(time.process_time() - c)
+        return np.median(times), np.median(cpu)
 
-    med_np, med_t = [], []
+    res_np, res_t = [], []
     for _ in range(a.repeats):
-        med_np.append(run_refopt())
-        med_t.append(run_torch())
+        res_np.append(run_refopt())
+        res_t.append(run_torch())
+    (med_np, cpu_np), (med_t, cpu_t) = np.array(res_np).T, np.array(res_t).T
     ms_np, ms_t = 1e3 * np.median(med_np), 1e3 * np.median(med_t)
     print(f"load average after: {os.getloadavg()}")
     print(f"per-repeat medians (ms): refopt {[round(1e3 * v, 1) for v in med_np]}, "
           f"torch {[round(1e3 * v, 1) for v in med_t]}")
+    print(f"CPU time per step (all threads, median; steadier than wall time on a loaded machine): refopt "
+          f"{1e3 * np.median(cpu_np):.1f} ms, torch {1e3 * np.median(cpu_t):.1f} ms, "
+          f"ratio {np.median(cpu_np) / np.median(cpu_t):.2f}")
     print(f"config: {cfg}")
     print(f"first loss: refopt {first_np:.6f}  torch {first_t:.6f}  (rel diff {abs(first_np - first_t) / first_t:.1e})")
     print(f"threads {a.threads}, batch {a.batch}, {a.steps} timed steps (median), {a.repeats} repeats")

@@ -93,7 +93,7 @@ def main():
         sched.step()
         if step % args.eval_interval == 0 or step == steps:
             final = val_loss()
-            print(f"step {step}: batch loss {float(loss):.4f}, val_loss {final:.4f}")
+            print(f"step {step}: batch loss {float(loss.detach()):.4f}, val_loss {final:.4f}")
     gen = torch.Generator().manual_seed(a.seed)
     out = torch.from_numpy(task.vocab.encode(task.corpus.text[:1])[None, :].astype(np.int64))
     with torch.no_grad():

@@ -5,7 +5,6 @@ the fused primitives against finite differences; results independent of the numb
 negative controls (a wrong VJP the comparison must catch); inputs never mutated; error messages."""
 import itertools
 
-import numba
 import numpy as np
 import pytest
 
@@ -157,23 +156,52 @@ def test_linear_concat_fd_and_value():
 
 
 # ---- determinism, dtypes, no mutation ------------------------------------------------------------------
-def test_same_bits_for_any_numba_thread_count():
-    cfg = tiny(qk_norm=True, block_size=16, n_embd=16)
-    p = params_for(cfg, np.float32)
-    x, y = batch(cfg, B=8)
-    vg = value_and_grad(lambda p: gpt.loss(p, x, y, cfg))
-    n0 = numba.get_num_threads()
-    try:
-        results = []
-        for n in sorted({1, numba.config.NUMBA_NUM_THREADS}):
-            numba.set_num_threads(n)
-            results.append(vg(p))
-    finally:
-        numba.set_num_threads(n0)
-    (v1, g1), (v2, g2) = results[0], results[-1]
-    assert v1 == v2
-    for a, b in zip(refopt.tree.leaves(g1), refopt.tree.leaves(g2)):
-        np.testing.assert_array_equal(a, b)
+_THREADS_SCRIPT = """
+import sys, numba, numpy as np
+sys.path[:0] = [{root!r}]
+import refopt
+from refopt.autograd import _kernels, value_and_grad
+from models import gpt
+assert _kernels.PARALLEL
+cfg = gpt.GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, ffn_hidden=24, init_std=0.3,
+                    qk_norm=True)
+p = gpt.init(cfg, 0, np.float32)
+r = np.random.default_rng(1)
+x, y = r.integers(0, 11, (8, 16)), r.integers(0, 11, (8, 16))
+out = {{}}
+for n in (1, numba.config.NUMBA_NUM_THREADS):
+    numba.set_num_threads(n)
+    v, g = value_and_grad(lambda p: gpt.loss(p, x, y, cfg))(p)
+    leaves, paths, _ = refopt.tree.flatten(g)
+    out.update({{f"{{n}}:{{k}}": a for k, a in zip(paths, leaves)}}, **{{f"{{n}}:loss": np.asarray(v)}})
+np.savez({path!r}, **out)
+"""
+
+
+def test_parallel_build_same_bits_for_any_thread_count(tmp_path):
+    """The kernels built parallel (REFOPT_PARALLEL_KERNELS=1, in a subprocess), run on 1 and on all numba
+    threads, give the bits of the serial build in this process."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = str(tmp_path / "g.npz")
+    env = dict(os.environ, REFOPT_PARALLEL_KERNELS="1", NUMBA_NUM_THREADS="2")
+    subprocess.run([sys.executable, "-c", _THREADS_SCRIPT.format(root=root, path=path)], env=env, check=True,
+                   timeout=600)
+    got = np.load(path)
+    cfg = gpt.GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, ffn_hidden=24, init_std=0.3,
+                        qk_norm=True)
+    p = gpt.init(cfg, 0, np.float32)
+    r = np.random.default_rng(1)
+    x, y = r.integers(0, 11, (8, 16)), r.integers(0, 11, (8, 16))
+    v, g = value_and_grad(lambda p: gpt.loss(p, x, y, cfg))(p)
+    leaves, paths, _ = refopt.tree.flatten(g)
+    for n in (1, 2):
+        assert got[f"{n}:loss"] == v
+        for k, a in zip(paths, leaves):
+            np.testing.assert_array_equal(got[f"{n}:{k}"], a, err_msg=f"{n} threads, {k}")
 
 
 def test_fused_primitives_do_not_mutate_inputs():

@@ -200,20 +200,29 @@ def rms_norm_vjp_reference(g, gain, xhat, r):
 
 # =====================================================================================================
 # Model-level fused kernels (the GPT's hot path; ``nn.self_attention``, ``nn.ffn_activation``,
-# ``nn.rms_norm``, ``nn.cross_entropy``, ``nn.embedding``). Parallel over independent rows / (batch, head)
-# pairs with ``prange``: each output element is written by one iteration, in a fixed order, and every
+# ``nn.rms_norm``, ``nn.cross_entropy``, ``nn.embedding``). Written with ``prange`` over independent rows /
+# (batch, head) slices: each output element is written by one iteration, in a fixed order, and every
 # reduction over rows (gains' gradients) goes through per-chunk partials of a fixed chunk size summed
 # afterwards in chunk order, so results do not depend on the number of threads. No atomics, no fastmath.
-# Inner loops are written as "axpy" over a contiguous axis (out[j] += a * x[j]) so LLVM can vectorise
-# them without reassociating any sum: every dot product is still summed in index order.
+#
+# Serial by default (``prange`` then runs as ``range``): on 2 cores OpenBLAS's threads keep spinning after
+# each GEMM and a second (numba) thread pool competes with them, and a parallel build compiles ~5x longer
+# (about 11 s of CPU instead of 2 s on an empty cache). ``REFOPT_PARALLEL_KERNELS=1`` in the environment
+# builds them parallel (not cached, so the two builds never mix in numba's cache); the results are the
+# same bits (tests/test_fused.py).
 # =====================================================================================================
+import os  # noqa: E402
+
 from numba import prange  # noqa: E402
+
+PARALLEL = os.environ.get("REFOPT_PARALLEL_KERNELS", "0") == "1"
+_FUSED = dict(cache=not PARALLEL, parallel=PARALLEL)
 
 #: rows per partial sum of a gain gradient (fixed, so the summation order is independent of threads)
 ROW_CHUNK = 64
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _rms_norm_fwd(x, gain, eps, y, xhat, r):  # x (N, C); r (N,) float64; sum of squares in float64
     N, C = x.shape
     for i in prange(N):
@@ -228,7 +237,7 @@ def _rms_norm_fwd(x, gain, eps, y, xhat, r):  # x (N, C); r (N,) float64; sum of
             y[i, j] = xhat[i, j] * gain[j]
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _rms_norm_bwd(g, gain, xhat, r, dx, dgain_part, with_dgain, n_chunks):
     # dx = r (h - xhat mean(h xhat)), h = g gain; dgain_part[c] = sum over chunk c's rows of g xhat
     N, C = g.shape
@@ -269,7 +278,7 @@ def rms_norm_fused_vjp(g, gain, xhat, r, with_dgain: bool):
 
 
 # ---- causal softmax, parallel over the (batch, head) slices (the products around it stay in BLAS) -----
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _causal_shift_(S, scale, neg_inf):
     # row i of each slice: S_ij <- scale S_ij - max_{j' <= i} scale S_ij' for j <= i, -inf for j > i
     R, T, _ = S.shape
@@ -287,7 +296,7 @@ def _causal_shift_(S, scale, neg_inf):
                 row[j] = neg_inf
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _causal_normalize_(E, one):  # E = exp(shifted S) (0 for j > i): each row divided by its sum over j <= i
     R, T, _ = E.shape
     zero = one - one
@@ -302,7 +311,7 @@ def _causal_normalize_(E, one):  # E = exp(shifted S) (0 for j > i): each row di
                 row[j] *= inv
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _causal_softmax_vjp_par_(P, dP, scale):  # as _causal_softmax_vjp_, each slice r by one iteration
     R, T, _ = P.shape
     zero = scale - scale
@@ -341,7 +350,7 @@ def causal_softmax_vjp_par_(P: np.ndarray, dP: np.ndarray, scale: float) -> np.n
 
 
 # ---- feed-forward activations, row-parallel ----------------------------------------------------------
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _swiglu_fwd(z, h, sig, one):
     # z (N, 2F) = [a | u] -> h = a sigma(a) u (N, F); on entry sig holds exp(-a) (NumPy's SIMD exp, ~10x
     # numba's scalar one), on exit sigma(a) = 1 / (1 + exp(-a)) (exp(-a) = inf gives 0, never NaN)
@@ -353,7 +362,7 @@ def _swiglu_fwd(z, h, sig, one):
             h[i, j] = z[i, j] * s * z[i, F + j]
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _swiglu_bwd(g, z, sig, dz, one):
     N, F = g.shape
     for i in prange(N):
@@ -363,7 +372,7 @@ def _swiglu_bwd(g, z, sig, dz, one):
             dz[i, F + j] = g[i, j] * x * s
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _reglu_fwd(z, h):  # h = relu(a) u
     N, F = h.shape
     zero = z[0, 0] - z[0, 0]
@@ -373,7 +382,7 @@ def _reglu_fwd(z, h):  # h = relu(a) u
             h[i, j] = (a if a > zero else zero) * z[i, F + j]
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _reglu_bwd(g, z, dz):  # da = g u [a > 0] (relu'(0) = 0), du = g relu(a)
     N, F = g.shape
     zero = z[0, 0] - z[0, 0]
@@ -388,7 +397,7 @@ def _reglu_bwd(g, z, dz):  # da = g u [a > 0] (relu'(0) = 0), du = g relu(a)
                 dz[i, F + j] = zero
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _gelu_fwd(z, h, cdf, neg_sqrt_half, half):  # h = z Phi(z), Phi(z) = erfc(-z / sqrt 2) / 2
     N, F = h.shape
     for i in prange(N):
@@ -399,7 +408,7 @@ def _gelu_fwd(z, h, cdf, neg_sqrt_half, half):  # h = z Phi(z), Phi(z) = erfc(-z
             h[i, j] = x * c
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _gelu_bwd(g, z, cdf, dz, inv_sqrt_2pi, half):  # dz = g (Phi(z) + z phi(z))
     N, F = g.shape
     for i in prange(N):
@@ -409,7 +418,7 @@ def _gelu_bwd(g, z, cdf, dz, inv_sqrt_2pi, half):  # dz = g (Phi(z) + z phi(z))
 
 
 # ---- cross-entropy with log-softmax, row-parallel ------------------------------------------------------
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _xent_fwd(z, t, valid, m, lse, per_row):
     """Per row i: m_i = max_j z_ij, lse_i = log sum_j exp(z_ij - m_i) (sum in float64),
     per_row_i = lse_i - (z_{i,t_i} - m_i) on valid rows, 0 on ignored ones."""
@@ -428,7 +437,7 @@ def _xent_fwd(z, t, valid, m, lse, per_row):
         per_row[i] = li - float(z[i, t[i]] - mi) if valid[i] else 0.0
 
 
-@njit(cache=True, parallel=True)
+@njit(**_FUSED)
 def _xent_bwd(z, t, valid, shift, scale, dz):
     # dz = scale (softmax(z) - onehot(t)) on valid rows, 0 on ignored ones; shift_i = m_i + lse_i (z's dtype)
     N, V = z.shape

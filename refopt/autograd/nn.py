@@ -1,8 +1,12 @@
-"""Fused primitives for networks: softmax, log_softmax, cross_entropy, rms_norm, embedding, attention, swiglu.
+"""Fused primitives for networks: softmax, log_softmax, cross_entropy, rms_norm, embedding, attention, swiglu,
+and the GPT's model-level ones: linear_concat (packed q/k/v and gate/up GEMMs), self_attention (causal
+multi-head attention of a packed qkv, QK-norm inside), ffn_activation (SwiGLU / ReGLU / GELU).
 
 Each is one primitive with a hand-written VJP (STYLE.md sections 3.2-3.3), faster and more stable than
-composing the pointwise ops, and each has its own finite-difference test. Like every primitive they
-return plain ndarrays when no input is a traced node. All keep the input dtype.
+composing the pointwise ops, and each has its own finite-difference test; the model-level ones are also
+checked against the unfused composition of elementary primitives (``models.gpt.loss(..., fused=False)``,
+tests/test_fused.py). The row-wise work runs in numba kernels (``_kernels``), the matrix products in BLAS.
+Like every primitive they return plain ndarrays when no input is a traced node. All keep the input dtype.
 """
 from __future__ import annotations
 
@@ -135,7 +139,8 @@ def embedding(table, ids):
     """Row gather ``table[ids]``: table (V, C), integer ids (...) -> (..., C).
 
     VJP: d table = scatter-add of g's rows into the rows named by ids (repeated ids, the normal case in a
-    batch of tokens, accumulate; a serial numba loop over the tokens in order, ``np.add.at`` semantics). Raises ValueError for non-integer or out-of-range ids.
+    batch of tokens, accumulate; a serial numba loop over the tokens in order, ``np.add.at`` semantics).
+    Raises ValueError for non-integer or out-of-range ids.
     """
     tv = table.value if isinstance(table, Node) else np.asarray(table)
     ids = np.asarray(ids)

@@ -27,7 +27,7 @@ HELP = "train a reference model (default: the GPT on CPython's docs text) and wr
 TASKS = {"gpt": GPTTask, "mlp": MLPTask}
 DTYPES = {"float32": np.float32, "float64": np.float64}
 DEFAULTS = {  # per-model defaults of the options left at None
-    "gpt": {"optimizer": "muon", "schedule": "cosine", "warmup": 30, "steps": 400, "batch_size": 32},
+    "gpt": {"optimizer": "muon", "schedule": "cosine", "warmup": 30, "steps": 500, "batch_size": 32},
     "mlp": {"optimizer": "adamw", "schedule": "constant", "warmup": 0, "steps": 600, "batch_size": 64},
 }
 #: settings a resumed run may change; all others come from the checkpointed run's config.json
@@ -52,7 +52,7 @@ def check_options(args, names: list[str]) -> None:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="gpt", choices=sorted(TASKS), help="what to train")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: gpt 400, mlp 600; overrides --epochs)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: gpt 500, mlp 600; overrides --epochs)")
     p.add_argument("--epochs", type=float, default=None, help="passes over the training set (instead of --steps)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="examples (MLP) or sequences (GPT) per step (default: gpt 32, mlp 64)")
