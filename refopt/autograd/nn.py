@@ -2,7 +2,7 @@
 and the GPT's model-level ones: linear_concat (packed q/k/v and gate/up GEMMs), self_attention (causal
 multi-head attention of a packed qkv, QK-norm inside), ffn_activation (SwiGLU / ReGLU / GELU).
 
-Each is one primitive with a hand-written VJP (STYLE.md sections 3.2-3.3), faster and more stable than
+Each is one primitive with a hand-written VJP, faster and more stable than
 composing the pointwise ops, and each has its own finite-difference test; the model-level ones are also
 checked against the unfused composition of elementary primitives (``models.gpt.loss(..., fused=False)``,
 tests/test_fused.py). The row-wise work runs in numba kernels (``_kernels``), the matrix products in BLAS.
@@ -30,7 +30,7 @@ def softmax(z, axis: int = -1):
     PITFALLS.md B21). VJP: y * (g - sum(g * y)). Shapes: any, reduced along ``axis``.
 
     A fully masked row (all -inf) gives all zeros, not NaN, and hence a zero VJP (the convention of
-    PyTorch's ``_safe_softmax``, pytorch/pytorch PR #131060; STYLE.md 3.3 item 1). No 0/0 is evaluated.
+    PyTorch's ``_safe_softmax``, pytorch/pytorch PR #131060). No 0/0 is evaluated.
     """
     zv = z.value if isinstance(z, Node) else np.asarray(z)
     e = np.exp(_shifted(zv, axis))
