@@ -49,8 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="canonical problems providing params and gradients (default stream mlp; with --impl "
                         "stream quadratic mlp gpt)")
     p.add_argument("--steps", type=int, default=50, help="steps per run")
-    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"],
+                   help="the dtype of params, gradients and both optimizers")
+    p.add_argument("--seed", type=int, default=0, help="seeds the problems' initial params and gradients")
     p.add_argument("--negative", action="store_true",
                    help="also run the deliberately wrong presets, which must be caught (status 'caught')")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")

@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="golden_command", metavar="{export,check}")
     sub.required = True
     e = sub.add_parser("export", help="write golden files into DIR", allow_abbrev=False)
-    e.add_argument("dir")
+    e.add_argument("dir", help="folder to write the golden files into (created if missing)")
     from refopt.golden import catalog
 
     e.add_argument("--cases", nargs="+", default=None, metavar="CASE",
@@ -35,13 +35,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--rule", default=None, metavar="EXPR",
                    help="export this rule configuration instead of catalog cases, e.g. 'Adam(beta2=0.95)'")
     e.add_argument("--name", default=None, metavar="STEM", help="file stem for --rule (default: a slug of EXPR)")
-    e.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS))
-    e.add_argument("--steps", type=int, default=50)
-    e.add_argument("--dtype", default="float64", choices=["float64", "float32"])
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=list(PROBLEMS),
+                   help="the gradient problems to record")
+    e.add_argument("--steps", type=int, default=50, help="optimizer steps per file")
+    e.add_argument("--dtype", default="float64", choices=["float64", "float32"], help="params and gradients dtype")
+    e.add_argument("--seed", type=int, default=0, help="seeds the problems' initial params and gradients")
     c = sub.add_parser("check", help="verify and replay the golden files in DIR", allow_abbrev=False)
-    c.add_argument("dir")
-    c.add_argument("--against", default="refopt", choices=["refopt", "torch", "optax", "schedulefree"])
+    c.add_argument("dir", help="a folder of golden files (e.g. tests/golden)")
+    c.add_argument("--against", default="refopt", choices=["refopt", "torch", "optax", "schedulefree"],
+                   help="replay the files with refopt or with an installed peer")
     c.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
 
 

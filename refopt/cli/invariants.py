@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rule", required=True, metavar="EXPR", help="the refopt rule, e.g. 'Adam(lr=1e-3)'")
     p.add_argument("--framework", default=None, choices=["torch", "jax", "numpy"], help="what NAME is (default torch)")
     p.add_argument("--layout", default=None, choices=["torch", "refopt"], help="how NAME holds matrices")
-    p.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    p.add_argument("--dtype", default="float64", choices=["float64", "float32"],
+                   help="the dtype of the drawn params and gradients")
     p.add_argument("--max-examples", type=int, default=8, help="hypothesis examples per property")
     p.add_argument("--properties", nargs="+", default=None, metavar="NAME", help="run only these properties")
 
