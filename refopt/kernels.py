@@ -96,15 +96,17 @@ def _flat(a: np.ndarray, n: int, dtype, what: str, write: bool) -> np.ndarray:
 class Elementwise:
     """The loops of one rule's per-element arithmetic ``elem(x, g, s, i, c) -> a`` (module docstring).
 
-    ``name`` names the compiled loops (and their numba cache files, together with a hash of ``elem``'s
-    source, so an edited ``elem`` never meets a stale cache). Each method takes arrays of any shape with the
+    ``name`` names the compiled loops (and their numba cache files, together with a hash of the source file
+    of ``elem``, so an edited rule never meets a stale cache). Each method takes arrays of any shape with the
     same number of elements and dtype, and a state NamedTuple (or ``()``) of such arrays; it raises
     ``ValueError`` before running anything if they differ, or if an array it writes is read-only or not
     C-contiguous."""
 
     def __init__(self, elem, name: str):
         self.elem, self.name = elem, name
-        src = inspect.getsource(getattr(elem, "py_func", elem))
+        py = getattr(elem, "py_func", elem)
+        module = inspect.getmodule(py)   # the whole file: an edited helper of elem also changes the name
+        src = inspect.getsource(module) if module is not None else inspect.getsource(py)
         tag = f"{name}_{hashlib.sha1(src.encode()).hexdigest()[:10]}"
         glob = dict(_step_loop.__globals__, elem=elem)
         self._loops = {}
