@@ -106,7 +106,10 @@ class Elementwise:
         self.elem, self.name = elem, name
         py = getattr(elem, "py_func", elem)
         module = inspect.getmodule(py)   # the whole file: an edited helper of elem also changes the name
-        src = inspect.getsource(module) if module is not None else inspect.getsource(py)
+        try:
+            src = inspect.getsource(module) if module is not None else inspect.getsource(py)
+        except (OSError, TypeError):     # no source shipped (e.g. a zipped install): the bytecode names it
+            src = repr(py.__code__.co_code) + repr(py.__code__.co_consts)
         tag = f"{name}_{hashlib.sha1(src.encode()).hexdigest()[:10]}"
         glob = dict(_step_loop.__globals__, elem=elem)
         self._loops = {}
