@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 # ---- causal softmax of attention scores -------------------------------------------------------------
@@ -67,7 +67,7 @@ def causal_softmax_reference(S: np.ndarray, scale: float) -> np.ndarray:
 def _causal_softmax_vjp_(P, dP, scale):  # dP (R, T, T) overwritten with dS = scale * P (dP - <dP, P>)
     R, T, _ = P.shape
     zero = scale - scale
-    for r in range(R):
+    for r in prange(R):   # a plain range here; parallel over the slices r in _causal_softmax_vjp_par_
         for i in range(T):
             p, d = P[r, i], dP[r, i]
             dot = p[0] * d[0]
@@ -213,8 +213,6 @@ def rms_norm_vjp_reference(g, gain, xhat, r):
 # =====================================================================================================
 import os  # noqa: E402
 
-from numba import prange  # noqa: E402
-
 PARALLEL = os.environ.get("REFOPT_PARALLEL_KERNELS", "0") == "1"
 _FUSED = dict(cache=not PARALLEL, parallel=PARALLEL)
 
@@ -311,20 +309,8 @@ def _causal_normalize_(E, one):  # E = exp(shifted S) (0 for j > i): each row di
                 row[j] *= inv
 
 
-@njit(**_FUSED)
-def _causal_softmax_vjp_par_(P, dP, scale):  # as _causal_softmax_vjp_, each slice r by one iteration
-    R, T, _ = P.shape
-    zero = scale - scale
-    for r in prange(R):
-        for i in range(T):
-            p, d = P[r, i], dP[r, i]
-            dot = p[0] * d[0]
-            for j in range(1, i + 1):
-                dot += p[j] * d[j]
-            for j in range(i + 1):
-                d[j] = scale * p[j] * (d[j] - dot)
-            for j in range(i + 1, T):
-                d[j] = zero
+#: the same loop as _causal_softmax_vjp_, built with the fused kernels' flags (each slice r by one iteration)
+_causal_softmax_vjp_par_ = njit(**_FUSED)(_causal_softmax_vjp_.py_func)
 
 
 def causal_softmax_par_(S: np.ndarray, scale: float) -> np.ndarray:
