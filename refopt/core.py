@@ -218,6 +218,12 @@ def check_leaf_state(rule: Rule, s: Any, x: np.ndarray, path: str) -> None:
 def check_state(rule: Rule, state: Any, params: Any) -> tuple[list, list, list, T.TreeDef]:
     """Validate ``state`` against ``rule`` and ``params`` (all of it; see :func:`check_leaf_state`).
     Returns (param leaves, state leaves, paths, treedef)."""
+    xs, _, paths, td = T.check_like(params, params, names=("params", "params"))
+    return xs, _state_leaves(rule, state, xs, paths, td), paths, td
+
+
+def _state_leaves(rule: Rule, state: Any, xs: list, paths: list[str], td: T.TreeDef) -> list:
+    """The per-array states of ``state`` for the already flattened params, each checked."""
     if not isinstance(rule, Rule):
         raise TypeError(f"expected a refopt rule, got {type(rule).__name__}")
     if not isinstance(state, OptState):
@@ -225,18 +231,16 @@ def check_state(rule: Rule, state: Any, params: Any) -> tuple[list, list, list, 
     t = state.t
     if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
         raise ValueError(f"state.t must be an int >= 0 (the number of updates applied), got {t!r}")
-    xs, _, paths, td = T.check_like(params, params, names=("params", "params"))
     ss = T.flatten_up_to(td, state.leaves, name="state.leaves")
     for s, x, p in zip(ss, xs, paths):
         check_leaf_state(rule, s, x, p)
-    return xs, ss, paths, td
+    return ss
 
 
 def _pairs(rule: Rule, state: OptState, params: Any, grads: Any):
-    """Flatten params and grads (checked against each other) and pair each leaf with its (checked) state."""
-    xs, ss, paths, td = check_state(rule, state, params)
-    _, gs, _, _ = T.check_like(params, grads)
-    return xs, gs, ss, paths, td
+    """Flatten params and grads (checked against each other, once) and pair each leaf with its checked state."""
+    xs, gs, paths, td = T.check_like(params, grads)
+    return xs, gs, _state_leaves(rule, state, xs, paths, td), paths, td
 
 
 try:  # numpy >= 2

@@ -56,14 +56,3 @@ def boolean(name: str, value) -> None:
     """A Python bool (not a numpy bool: rules are stored as JSON in checkpoints)."""
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
-def cast(dtype, name: str, value: float, positive: bool = False):
-    """``value`` cast to the array dtype; ValueError if the cast overflows to inf or, for a positive
-    hyperparameter such as eps, underflows to 0 (e.g. eps = 1e-50 in float32)."""
-    with np.errstate(over="ignore"):
-        v = dtype.type(value)
-    if not np.isfinite(v) or (positive and v == 0):
-        raise ValueError(f"{name} = {value!r} is {'0' if np.isfinite(v) else 'not finite'} in {dtype}; choose a "
-                         f"value that {dtype} can represent")
-    return v
