@@ -49,13 +49,15 @@ anything is written; :func:`update_` on a read-only or non-contiguous array rais
 from __future__ import annotations
 
 import math
+import operator
+import weakref
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from refopt import tree as T
-from refopt.kernels import check_grads, square_bound
+from refopt.kernels import PARALLEL_MIN_SIZE, check_grads, count_bad, square_bound
 
 
 class OptState(NamedTuple):
@@ -130,6 +132,20 @@ class Rule:
     def update_leaf(self, ctx: Any, s: Any, x: np.ndarray, g: np.ndarray, path: str):  # pragma: no cover
         raise NotImplementedError
 
+    def update_leaves(self, casts: dict, ss: list, xs: list, gs: list, paths: list, walk: "Walk") -> tuple[list, list]:
+        """Step every leaf: ``casts`` maps each dtype to the cast step context; returns the new params and
+        per-leaf states (lists). With ``walk.inplace`` it writes into ``xs`` and the arrays of ``ss``;
+        otherwise it must leave them untouched. Default: :meth:`update_leaf` per leaf, on fresh copies when
+        not in place. Rules override it to run many leaves in one compiled call (:class:`Walk`)."""
+        out_x, out_s = [], []
+        for x, g, s, p in zip(xs, gs, ss, paths):
+            if not walk.inplace:
+                x, s = np.array(x, order="C", copy=True), T.copy(s)
+            x, s = self.update_leaf(casts[x.dtype], s, x, g, p)
+            out_x.append(x)
+            out_s.append(s)
+        return out_x, out_s
+
     def direction_leaf(self, ctx: Any, s: Any, x: np.ndarray, g: np.ndarray, path: str):
         raise NotImplementedError(f"{type(self).__name__} has no additive direction u")
 
@@ -139,6 +155,32 @@ class Rule:
     def hyperparameters(self) -> dict:
         """The rule's fields as a dict (sub-rules and schedules stay objects)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class Walk(NamedTuple):
+    """What the tree walk hands :meth:`Rule.update_leaves` besides the leaves.
+
+    * ``inplace``: write into the params and state arrays (:func:`update_`), or leave them untouched and
+      return new arrays (:func:`update`);
+    * ``packed``: per leaf, ``(buffer, offset)`` when its gradient was copied into a flat buffer of its
+      dtype (``buffer[offset:offset + g.size]``, holding the same values as ``g``, flattened in C order;
+      small leaves only), else None;
+    * ``cache``: a dict the rule may keep derived data in (e.g. compiled lists of its arrays) from one call
+      to the next; the walk empties it whenever the params or state objects differ from the last call's
+      (:data:`None`: keep nothing);
+    * ``layout_cache``: the same for data that depends only on the shapes and dtypes of the leaves and on
+      the rule (e.g. how the leaves are grouped); kept while they stay the same."""
+
+    inplace: bool
+    packed: list
+    cache: dict | None
+    layout_cache: dict
+
+    def sub(self, key: Any, idx: list[int]) -> "Walk":
+        """The walk of the leaves ``idx`` handed to a sub-rule (its caches: the entries ``key`` of these)."""
+        cache = None if self.cache is None else self.cache.setdefault(("sub", key), {})
+        return Walk(self.inplace, [self.packed[i] for i in idx], cache,
+                    self.layout_cache.setdefault(("sub", key), {}))
 
 
 # --- the checked cast of the step scalars ----------------------------------------------------------
@@ -201,7 +243,10 @@ def check_leaf_state(rule: Rule, s: Any, x: np.ndarray, path: str) -> None:
     same NamedTuple types, arrays of the same shapes and dtypes, the same fixed values. Otherwise a kernel
     could index past an array, so this raises ``ValueError`` naming the path."""
     td, spec = _spec(rule, x, path)
-    sl, _, sd = T.flatten(s, with_paths=False)
+    if td.kind == "namedtuple" and type(s) is td.meta and all(c is T._LEAF for c in td.children):
+        sl, sd = list(s), td          # a flat NamedTuple (the common case): its fields are the leaves
+    else:
+        sl, _, sd = T.flatten(s, with_paths=False)
     if sd != td:
         raise ValueError(f"the state at {path} ({T.first_difference(td, sd)}) is not the state "
                          f"{type(rule).__name__} makes for it; was it made by another rule or for other params?")
@@ -224,6 +269,14 @@ def check_state(rule: Rule, state: Any, params: Any) -> tuple[list, list, list, 
 
 def _state_leaves(rule: Rule, state: Any, xs: list, paths: list[str], td: T.TreeDef) -> list:
     """The per-array states of ``state`` for the already flattened params, each checked."""
+    _check_rule_state(rule, state)
+    ss = T.flatten_up_to(td, state.leaves, name="state.leaves")
+    for s, x, p in zip(ss, xs, paths):
+        check_leaf_state(rule, s, x, p)
+    return ss
+
+
+def _check_rule_state(rule: Rule, state: Any) -> None:
     if not isinstance(rule, Rule):
         raise TypeError(f"expected a refopt rule, got {type(rule).__name__}")
     if not isinstance(state, OptState):
@@ -231,16 +284,66 @@ def _state_leaves(rule: Rule, state: Any, xs: list, paths: list[str], td: T.Tree
     t = state.t
     if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
         raise ValueError(f"state.t must be an int >= 0 (the number of updates applied), got {t!r}")
-    ss = T.flatten_up_to(td, state.leaves, name="state.leaves")
-    for s, x, p in zip(ss, xs, paths):
-        check_leaf_state(rule, s, x, p)
-    return ss
+
+
+class _Walked:
+    """What the walk remembers of the last step of one rule: the params and per-leaf state objects it
+    validated (or made), their layouts, and the rules' :attr:`Walk.cache`. A call handed the very same
+    objects (checked by identity; they are kept alive here, so an id cannot be reused) with the same
+    shapes and dtypes skips the state validation; the gradients, new every step, are always checked."""
+
+    __slots__ = ("td", "paths", "xs", "layout", "ss", "cache", "layout_cache")
+
+    def __init__(self, td, paths, xs, ss, layout=None, layout_cache=None):
+        self.td, self.paths, self.xs, self.ss = td, paths, xs, ss
+        self.layout = [(x.shape, x.dtype) for x in xs] if layout is None else layout
+        self.cache: dict = {}                  # tied to these objects
+        self.layout_cache: dict = {} if layout_cache is None else layout_cache   # to their layout only
+
+
+#: id(rule) -> _Walked; an entry leaves with its rule (weakref.finalize), so it keeps at most one tree
+#: per live rule object alive
+_WALKED: dict[int, _Walked] = {}
+
+
+def _remember(rule: Rule, walked: _Walked) -> None:
+    key = id(rule)
+    if key not in _WALKED:
+        try:
+            weakref.finalize(rule, _WALKED.pop, key, None)
+        except TypeError:   # a rule class without weak references: nothing is cached for it
+            return
+    _WALKED[key] = walked
+
+
+def _layout_of(arrays: list) -> list | None:
+    """[(shape, dtype)] of ``arrays`` when all are exact ndarrays, else None."""
+    try:
+        return [(a.shape, a.dtype) for a in arrays if type(a) is np.ndarray] if arrays else []
+    except AttributeError:  # pragma: no cover - only ndarrays get here
+        return None
 
 
 def _pairs(rule: Rule, state: OptState, params: Any, grads: Any):
-    """Flatten params and grads (checked against each other, once) and pair each leaf with its checked state."""
+    """Flatten params and grads (checked against each other) and pair each leaf with its checked state.
+    Returns (xs, gs, ss, paths, td, walked): ``walked`` is the cache entry valid for these objects."""
+    _check_rule_state(rule, state)
+    xs, _, td = T.flatten(params, with_paths=False)
+    w = _WALKED.get(id(rule))
+    if w is not None and w.td == td and len(xs) == len(w.xs) and all(map(operator.is_, xs, w.xs)):
+        try:
+            gs = T.flatten_up_to(td, grads, name="grads")
+        except ValueError:
+            gs = None
+        if gs is not None:
+            lg = _layout_of(gs)
+            if lg is not None and len(lg) == len(gs) and lg == w.layout and _layout_of(xs) == w.layout:
+                ss = T.flatten_up_to(td, state.leaves, name="state.leaves")
+                if all(map(operator.is_, ss, w.ss)):
+                    return xs, gs, ss, w.paths, td, w
     xs, gs, paths, td = T.check_like(params, grads)
-    return xs, gs, _state_leaves(rule, state, xs, paths, td), paths, td
+    ss = _state_leaves(rule, state, xs, paths, td)
+    return xs, gs, ss, paths, td, _Walked(td, paths, xs, ss)
 
 
 try:  # numpy >= 2
@@ -289,28 +392,90 @@ def init(rule: Rule, params: Any) -> OptState:
     return OptState(0, rule.init_global(), T.unflatten(td, leaves))
 
 
-def _step(rule: Rule, state: OptState, td: T.TreeDef, xs: list, gs: list, ss: list, paths: list[str],
-          leaf_fn: str, info: dict | None, check: bool = True):
-    """The step shared by update, update_ and direction (module docstring, items 2-6); ``leaf_fn`` names
-    the per-leaf hook. Nothing is written before the per-leaf loop."""
+class _Pack(NamedTuple):
+    """Where the small gradients go: per dtype, the leaves (in order) and one flat buffer for them."""
+
+    groups: list      # [(dtype, idx, starts, buffer)]
+    packed: list      # per leaf: (buffer, offset) or None
+
+
+def _pack_layout(xs: list) -> _Pack:
+    """The packing of the gradients of the leaves below :data:`PARALLEL_MIN_SIZE` elements, per dtype."""
+    by_dtype: dict = {}
+    for k, x in enumerate(xs):
+        if x.size < PARALLEL_MIN_SIZE:
+            by_dtype.setdefault(x.dtype, []).append(k)
+    groups, packed = [], [None] * len(xs)
+    for dt, idx in by_dtype.items():
+        sizes = np.array([xs[k].size for k in idx], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        buf = np.empty(int(sizes.sum()), dt)
+        for k, o in zip(idx, starts.tolist()):
+            packed[k] = (buf, o)
+        groups.append((dt, idx, starts, buf))
+    return _Pack(groups, packed)
+
+
+def _fill_pack(pack: _Pack, gs: list) -> None:
+    for _, idx, _, buf in pack.groups:
+        np.concatenate([gs[k] for k in idx], axis=None, out=buf)
+
+
+def _check_packed(rule: Rule, pack: _Pack, xs: list, gs: list, ss: list, paths: list[str], bounds: list) -> None:
+    """The gradient check (:func:`refopt.kernels.check_grads`) in one pass per packed buffer (with the
+    group's smallest bound; the leaf is named by the per-leaf check, run only when that pass finds
+    something) and per leaf for the large leaves."""
+    name = type(rule).__name__
+    for _, idx, _, buf in pack.groups:
+        if count_bad(buf, min(bounds[k] for k in idx)):
+            check_grads([gs[k] for k in idx], [paths[k] for k in idx], [bounds[k] for k in idx], [name] * len(idx))
+    big = [k for k, pk in enumerate(pack.packed) if pk is None]
+    check_grads([gs[k] for k in big], [paths[k] for k in big], [bounds[k] for k in big], [name] * len(big))
+
+
+def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, info: dict | None,
+          check: bool = True):
+    """The step shared by update and update_ (module docstring, items 1-6). Nothing is written before the
+    rule's update_leaves."""
+    xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
+    if inplace:
+        if w.cache.get("writable") is not True or not all(x.flags.writeable for x in xs):
+            _check_writable(xs, ss, paths)
+            _check_no_aliasing(xs, paths)
+            w.cache["writable"] = True
     t = state.t + 1
     ctx, glob = rule.context(t, state.glob)
     name = type(rule).__name__
     casts = {dt: cast_context(ctx, dt, name) for dt in {x.dtype for x in xs}}
+    lc = w.layout_cache
+    pack = lc.get("pack")
+    if pack is None:
+        pack = lc["pack"] = _pack_layout(xs)
+    _fill_pack(pack, gs)
     if check:
-        bounds = [square_bound(x.dtype) if rule.squares_grads(s) else math.inf for x, s in zip(xs, ss)]
-        check_grads(gs, paths, bounds, [name] * len(gs))
-    gs = rule.prepare(ctx, ss, xs, gs, paths)
-    fn = getattr(rule, leaf_fn)
-    out, new_s = [], []
-    for x, g, s, p in zip(xs, gs, ss, paths):
-        a, sn = fn(casts[x.dtype], s, x, g, p)
-        out.append(a)
-        new_s.append(sn)
+        bounds = lc.get("bounds")
+        if bounds is None:
+            sb = {dt: square_bound(dt) for dt in casts}
+            bounds = lc["bounds"] = [sb[x.dtype] if rule.squares_grads(s) else math.inf for x, s in zip(xs, ss)]
+        _check_packed(rule, pack, xs, gs, ss, paths, bounds)
+    new_gs = rule.prepare(ctx, ss, xs, gs, paths)
+    if any(map(operator.is_not, new_gs, gs)):
+        _fill_pack(pack, new_gs)
+    walk = Walk(inplace, pack.packed, w.cache.setdefault("rule", {}) if inplace else None,
+                lc.setdefault("rule", {}))
+    out_x, out_s = rule.update_leaves(casts, ss, xs, new_gs, paths, walk)
     if info is not None:
         info["t"] = t
         info["lr"] = rule.lr_info(ctx)
-    return T.unflatten(td, out), OptState(t, glob, T.unflatten(td, new_s))
+    same_x = inplace and all(map(operator.is_, out_x, xs))
+    same_s = inplace and all(map(operator.is_, out_s, ss))
+    if same_x and same_s:
+        _remember(rule, w)
+    else:   # the new objects, made by the rule for these params, are what the next call is checked against
+        _remember(rule, _Walked(td, paths, out_x, out_s, w.layout, w.layout_cache))
+    new_params = params if same_x and not isinstance(params, np.ndarray) else T.unflatten(td, out_x)
+    new_leaves = state.leaves if same_s else T.unflatten(td, out_s)
+    return new_params, OptState(t, glob, new_leaves)
 
 
 def update(rule: Rule, state: OptState, params: Any, grads: Any, info: dict | None = None) -> tuple[Any, OptState]:
@@ -330,28 +495,29 @@ def update(rule: Rule, state: OptState, params: Any, grads: Any, info: dict | No
       FloatingPointError: a gradient holds nan or inf, or (second-moment rules) |g| whose square overflows
         (the message names the leaf path).
     """
-    xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
-    return _step(rule, state, td, [np.array(x, order="C", copy=True) for x in xs], gs, [T.copy(s) for s in ss],
-                 paths, "update_leaf", info)
+    return _step(rule, state, params, grads, False, info)
 
 
 def update_(rule: Rule, state: OptState, params: Any, grads: Any, check_finite: bool = True,
             info: dict | None = None) -> tuple[Any, OptState]:
     """In-place twin of :func:`update` (Julia's ``update!``): writes into the arrays of ``params`` and
-    ``state`` and returns them (with the new step count). Bit-identical to :func:`update`.
+    ``state`` and returns them (the same containers, with the new step count). Bit-identical to
+    :func:`update`.
 
     ``check_finite=False`` skips the pass that rejects non-finite gradients (a speed knob; a NaN then
     propagates into the params). ``info`` as :func:`update`.
+
+    A call handed the same params and state objects as the previous call of this rule (the usual training
+    loop) validates only what can have changed: the gradients, and the params' shapes, dtypes and
+    writability; the state arrays are checked when the state objects change (a new ``init``, a loaded
+    checkpoint).
 
     Raises:
       ValueError: a params or state array is read-only or not C-contiguous (it could not be updated in
         place), two params leaves share memory, or the trees differ (the message names the leaf path).
       FloatingPointError: a gradient leaf holds nan or inf (nothing has been written then).
     """
-    xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
-    _check_writable(xs, ss, paths)
-    _check_no_aliasing(xs, paths)
-    return _step(rule, state, td, xs, gs, ss, paths, "update_leaf", info, check=bool(check_finite))
+    return _step(rule, state, params, grads, True, info, check=bool(check_finite))
 
 
 def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any, OptState]:
@@ -361,8 +527,20 @@ def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any
 
     Raises: as :func:`update`, and ``NotImplementedError`` for rules that are not of that form
     (Hyperball, Average, EMA, Schedule-Free, Partition)."""
-    xs, gs, ss, paths, td = _pairs(rule, state, params, grads)
-    return _step(rule, state, td, xs, gs, [T.copy(s) for s in ss], paths, "direction_leaf", None)
+    xs, gs, ss, paths, td, _ = _pairs(rule, state, params, grads)
+    t = state.t + 1
+    ctx, glob = rule.context(t, state.glob)
+    name = type(rule).__name__
+    casts = {dt: cast_context(ctx, dt, name) for dt in {x.dtype for x in xs}}
+    bounds = [square_bound(x.dtype) if rule.squares_grads(s) else math.inf for x, s in zip(xs, ss)]
+    check_grads(gs, paths, bounds, [name] * len(gs))
+    gs = rule.prepare(ctx, ss, xs, gs, paths)
+    out, new_s = [], []
+    for x, g, s, p in zip(xs, gs, ss, paths):
+        u, sn = rule.direction_leaf(casts[x.dtype], T.copy(s), x, g, p)
+        out.append(u)
+        new_s.append(sn)
+    return T.unflatten(td, out), OptState(t, glob, T.unflatten(td, new_s))
 
 
 def eval_params(rule: Rule, state: OptState, params: Any) -> Any:

@@ -84,6 +84,23 @@ def _replace_loop(x, g, s, c):
         x[i] = elem(x[i], g[i], s, i, c)  # noqa: F821
 
 
+# the multi-tensor form of ``step`` (torch's ``_foreach`` idea): one call over many arrays, each leaf k run
+# by the serial step loop on x = xs[k], its gradient g[start[k]:start[k] + x.size] in one packed buffer and
+# its state ss[k]; the leaves are independent, so the parallel form (threads across leaves) gives the same
+# bits. The per-leaf body is a call, not inlined code: numba 0.68's parallel loops lose writes to arrays
+# taken out of a tuple inside the loop body.
+def _step_many_loop(xs, g, start, ss, c):
+    for k in numba.prange(len(xs)):
+        x = xs[k]
+        step_one(x, g[start[k]:start[k] + x.size], ss[k], c)  # noqa: F821 (bound per rule)
+
+
+def _step_many_stateless_loop(xs, g, start, c):
+    for k in numba.prange(len(xs)):
+        x = xs[k]
+        step_one(x, g[start[k]:start[k] + x.size], (), c)  # noqa: F821
+
+
 def _flat(a: np.ndarray, n: int, dtype, what: str, write: bool) -> np.ndarray:
     if not isinstance(a, np.ndarray) or a.size != n or a.dtype != dtype:
         got = f"{a.dtype} of {a.size} elements" if isinstance(a, np.ndarray) else type(a).__name__
@@ -117,6 +134,11 @@ class Elementwise:
             serial = numba.njit(cache=True)(_twin(fn, f"{kind}_{tag}", glob))
             parallel = numba.njit(cache=True, parallel=True)(_twin(fn, f"{kind}_{tag}_parallel", glob))
             self._loops[kind] = (serial, parallel)
+        many = dict(glob, step_one=self._loops["step"][0])
+        for kind, fn in (("step_many", _step_many_loop), ("step_many_stateless", _step_many_stateless_loop)):
+            serial = numba.njit(cache=True)(_twin(fn, f"{kind}_{tag}", many))
+            parallel = numba.njit(cache=True, parallel=True)(_twin(fn, f"{kind}_{tag}_parallel", many))
+            self._loops[kind] = (serial, parallel)
 
     def _run(self, kind: str, arrays: list, s, c) -> None:
         """Check ``arrays`` [(array, name, written?)] and the state arrays, then run the loop ``kind``."""
@@ -139,6 +161,54 @@ class Elementwise:
     def replace(self, x: np.ndarray, g: np.ndarray, s, c) -> None:
         """x <- elem(x, g, s, c), elementwise, in place (s written in place)."""
         self._run("replace", [(x, "x", True), (g, "g", False)], s, c)
+
+    def many(self, xs: list, g: np.ndarray, start: list, ss: list | None) -> "StepMany":
+        """The :meth:`step` of many arrays at once, prepared for repeated calls (:class:`StepMany`): leaf k is
+        ``xs[k]`` (written in place), its gradient ``g[start[k]:start[k] + xs[k].size]`` of the flat buffer
+        ``g`` (rewritten by the caller between calls), its state ``ss[k]`` (None: stateless). Checks every
+        size and dtype now (ValueError, as :meth:`step`)."""
+        return StepMany(self, xs, g, start, ss)
+
+
+class StepMany:
+    """:meth:`Elementwise.many`: the arrays of many leaves checked once and held in numba typed lists, so
+    that a step over all of them is one compiled call (``self(c)``). The lists hold flat views of the
+    caller's arrays (and keep them alive); the leaves run on numba's threads when they hold at least
+    :data:`PARALLEL_MIN_SIZE` elements together."""
+
+    def __init__(self, ew: Elementwise, xs: list, g: np.ndarray, start: list, ss: list | None):
+        from numba.typed import List
+
+        dtype = g.dtype
+        if not (isinstance(g, np.ndarray) and g.ndim == 1 and g.flags.c_contiguous):
+            raise ValueError("kernel: the packed gradient buffer must be a flat C-contiguous array")
+        flat_x, flat_s = [], []
+        for k, x in enumerate(xs):
+            n, o = x.size, int(start[k])
+            if not 0 <= o <= g.size - n:
+                raise ValueError(f"kernel: gradient {k} [{o}, {o + n}) lies outside the packed buffer of {g.size}")
+            flat_x.append(_flat(x, n, dtype, f"x[{k}]", True))
+            if ss is not None:
+                s = ss[k]
+                names = getattr(type(s), "_fields", None) or range(len(s))
+                items = [_flat(a, n, dtype, f"state[{k}].{f}", True) for a, f in zip(s, names)]
+                flat_s.append(type(s)(*items) if hasattr(type(s), "_fields") else tuple(items))
+        self.g, self.size = g, sum(x.size for x in flat_x)
+        self.start = np.asarray(start, dtype=np.int64).copy()
+        self.xs = List(flat_x) if flat_x else None
+        self.ss = List(flat_s) if (ss is not None and flat_s) else None
+        kind = "step_many" if ss is not None else "step_many_stateless"
+        serial, parallel = ew._loops[kind]
+        self._loop = parallel if (self.size >= PARALLEL_MIN_SIZE and len(flat_x) > 1) else serial
+
+    def __call__(self, c) -> None:
+        """x_k <- c.decay*x_k - c.step*elem(x_k, g_k, s_k, c) for every leaf k, in place."""
+        if self.xs is None:
+            return
+        if self.ss is None:
+            self._loop(self.xs, self.g, self.start, c)
+        else:
+            self._loop(self.xs, self.g, self.start, self.ss, c)
 
 
 @numba.njit

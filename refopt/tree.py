@@ -63,7 +63,7 @@ def _children(node: Any) -> tuple[str, Any, list[tuple[Any, Any]]]:
     if node is None:
         return "none", None, []
     if isinstance(node, dict):
-        keys = sorted(node, key=lambda k: (type(k).__name__, k))
+        keys = _sorted_keys(node)
         return "dict", tuple(keys), [(k, node[k]) for k in keys]
     if _is_namedtuple(node):
         return "namedtuple", type(node), [(f, getattr(node, f)) for f in node._fields]
@@ -74,36 +74,68 @@ def _children(node: Any) -> tuple[str, Any, list[tuple[Any, Any]]]:
     return "leaf", None, []
 
 
+def _sorted_keys(node: dict) -> list:
+    keys = list(node)
+    if all(type(k) is str for k in keys):   # the common case: the same order as the general key below
+        keys.sort()
+        return keys
+    return sorted(keys, key=lambda k: (type(k).__name__, k))
+
+
 def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None,
             with_paths: bool = True) -> tuple[list, list[str], TreeDef]:
     """Flatten ``tree`` into ``(leaves, paths, treedef)`` in a fixed depth-first order.
 
     ``is_leaf(node) -> bool`` may stop the descent early (e.g. to treat per-leaf state NamedTuples as
     leaves). The walk recurses once per level of container nesting (a handful for real models).
-    ``with_paths=False`` skips building the path strings (``paths`` is then empty), for hot loops.
+    ``with_paths=False`` skips the path strings (``paths`` is then empty); paths are a function of the
+    treedef alone and are computed once per distinct treedef (:func:`treedef_paths`).
     """
     leaves: list = []
-    paths: list[str] = []
+    append = leaves.append
+    ndarray = np.ndarray
 
-    def build(node: Any, path: str) -> TreeDef:
-        if is_leaf is not None and is_leaf(node):
-            leaves.append(node)
-            paths.append(path or ROOT)
+    def build(node: Any) -> TreeDef:
+        if type(node) is ndarray or (is_leaf is not None and is_leaf(node)):
+            append(node)
             return _LEAF
+        if type(node) is dict:
+            keys = _sorted_keys(node)
+            return TreeDef("dict", tuple(keys), tuple([build(node[k]) for k in keys]))
         kind, meta, items = _children(node)
         if kind == "leaf":
-            leaves.append(node)
-            paths.append(path or ROOT)
+            append(node)
             return _LEAF
-        if with_paths:
-            kids = tuple(build(child, _key_path(path, key)) for key, child in items)
-        else:
-            kids = tuple(build(child, "") for _, child in items)
-        return TreeDef(kind, meta, kids)
+        return TreeDef(kind, meta, tuple([build(child) for _, child in items]))
 
-    treedef = build(tree, "")
-    paths = [p[1:] if p.startswith(".") else p for p in paths] if with_paths else []
-    return leaves, paths, treedef
+    treedef = build(tree)
+    return leaves, (list(treedef_paths(treedef)) if with_paths else []), treedef
+
+
+_PATHS: dict = {}
+
+
+def treedef_paths(treedef: TreeDef) -> tuple[str, ...]:
+    """The leaf paths of a tree of definition ``treedef`` (e.g. ``layers[1].w``), in flatten order;
+    cached per treedef (a bounded cache: it is cleared when it holds 256 definitions)."""
+    hit = _PATHS.get(treedef)
+    if hit is not None:
+        return hit
+    out: list[str] = []
+
+    def walk(d: TreeDef, path: str) -> None:
+        if d.kind == "leaf":
+            out.append((path[1:] if path.startswith(".") else path) or ROOT)
+            return
+        keys = d.meta if d.kind == "dict" else (d.meta._fields if d.kind == "namedtuple" else range(len(d.children)))
+        for k, c in zip(keys, d.children):
+            walk(c, _key_path(path, k))
+
+    walk(treedef, "")
+    if len(_PATHS) >= 256:
+        _PATHS.clear()
+    hit = _PATHS[treedef] = tuple(out)
+    return hit
 
 
 def leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
@@ -230,16 +262,57 @@ def copy(tree: Any) -> Any:
 def flatten_up_to(treedef: TreeDef, tree: Any, name: str = "state") -> list:
     """The subtrees of ``tree`` sitting at the leaf positions of ``treedef``, in flatten order.
 
-    Used to pair each parameter leaf with its per-leaf optimizer state (a NamedTuple). Raises
+    Used to pair each parameter leaf with its per-leaf optimizer state (a NamedTuple), and to take the
+    leaves of a tree known to have ``treedef``'s shape without building a new definition. Raises
     ``ValueError`` naming the first path where ``tree`` does not have ``treedef``'s containers.
     """
     out: list = []
+    append = out.append
 
+    def walk(d: TreeDef, node: Any) -> None:
+        kind = d.kind
+        if kind == "leaf":
+            append(node)
+        elif kind == "dict" and type(node) is dict and len(node) == len(d.meta):
+            try:
+                kids = [node[k] for k in d.meta]
+            except (KeyError, TypeError):
+                raise _Mismatch from None
+            for c, child in zip(d.children, kids):
+                walk(c, child)
+        elif kind == "list" and type(node) is list and len(node) == len(d.children):
+            for c, child in zip(d.children, node):
+                walk(c, child)
+        elif kind == "none" and node is None:
+            pass
+        else:  # tuples, NamedTuples, subclasses: the general comparison
+            k2, meta, items = _children(node)
+            if k2 != kind or (kind == "namedtuple" and meta is not d.meta) or len(items) != len(d.children) \
+                    or (kind == "dict" and meta != d.meta):
+                raise _Mismatch
+            for (_, child), c in zip(items, d.children):
+                walk(c, child)
+
+    try:
+        walk(treedef, tree)
+    except _Mismatch:
+        _raise_mismatch(treedef, tree, name)
+    return out
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _raise_mismatch(treedef: TreeDef, tree: Any, name: str) -> None:
+    """The error of :func:`flatten_up_to`: the first path where ``tree`` lacks ``treedef``'s containers."""
     def walk(d: TreeDef, node: Any, path: str) -> None:
         if d.kind == "leaf":
-            out.append(node)
             return
         kind, meta, items = _children(node)
+        if kind == "dict":
+            meta = tuple(_sorted_keys(node))
+            items = [(k, node[k]) for k in meta]
         if kind != d.kind or (kind == "namedtuple" and meta is not d.meta) or len(items) != len(d.children) \
                 or (kind == "dict" and meta != d.meta):
             raise ValueError(f"{name} tree does not match params at {path.lstrip('.') or ROOT}: "
@@ -248,4 +321,4 @@ def flatten_up_to(treedef: TreeDef, tree: Any, name: str = "state") -> list:
             walk(cd, child, _key_path(path, key))
 
     walk(treedef, tree, "")
-    return out
+    raise ValueError(f"{name} tree does not match params")  # pragma: no cover - walk raises first

@@ -51,6 +51,76 @@ class ElementwiseRule(Rule):
         self.kernel().direction(u, x, g, self.kernel_state(s), ctx)
         return u, s
 
+    def update_leaves(self, casts, ss, xs, gs, paths, walk):
+        """All leaves at once: the small ones (packed gradients, :class:`refopt.core.Walk`) in one compiled
+        call per dtype, over the caller's arrays in place (:meth:`Elementwise.many`, kept in the walk's
+        cache) or, for the pure update, over fresh flat copies of params and state whose slices become the
+        new leaves; the large ones one by one (:meth:`update_leaf`). Same arithmetic, same bits."""
+        groups, big = self._plan(xs, walk)
+        out_x, out_s = list(xs), list(ss)
+        kernel = self.kernel()
+        for key, (buf, idx, starts) in groups.items():
+            c = casts[buf.dtype]
+            if walk.inplace:
+                many = walk.cache.get(("many", key)) if walk.cache is not None else None
+                if many is None:
+                    ks = [self.kernel_state(ss[k]) for k in idx]
+                    many = kernel.many([xs[k] for k in idx], buf, starts,
+                                       None if all(len(s) == 0 for s in ks) else ks)
+                    if walk.cache is not None:
+                        walk.cache[("many", key)] = many
+                many(c)
+            else:
+                self._step_copies(kernel, c, buf, idx, starts, ss, xs, gs, out_x, out_s)
+        for k in big:
+            x, s = xs[k], ss[k]
+            if not walk.inplace:
+                x, s = np.array(x, order="C", copy=True), type(s)(*(np.array(a, copy=True) for a in s))
+            out_x[k], out_s[k] = self.update_leaf(casts[x.dtype], s, x, gs[k], paths[k])
+        return out_x, out_s
+
+    @staticmethod
+    def _plan(xs, walk):
+        """({id(buffer): (buffer, leaf indices, starts)}, indices of the unpacked leaves), cached."""
+        plan = walk.layout_cache.get("plan")
+        if plan is None:
+            groups, big = {}, []
+            for k, pk in enumerate(walk.packed):
+                if pk is None:
+                    big.append(k)
+                else:
+                    entry = groups.setdefault(id(pk[0]), (pk[0], [], []))
+                    entry[1].append(k)
+                    entry[2].append(pk[1])
+            plan = walk.layout_cache["plan"] = (
+                {key: (b, idx, np.array(st, dtype=np.int64)) for key, (b, idx, st) in groups.items()}, big)
+        return plan
+
+    def _step_copies(self, kernel, c, buf, idx, starts, ss, xs, gs, out_x, out_s):
+        """The pure step of the leaves ``idx``: one flat copy per params / state field, one kernel call, the
+        new leaves are slices of the copies."""
+        sizes = [xs[k].size for k in idx]
+        ends = np.cumsum(sizes).tolist()
+        spans = list(zip([0] + ends[:-1], ends))
+        if int(starts[0]) == 0 and ends[-1] == buf.size and np.array_equal(starts[1:], ends[:-1]):
+            g = buf
+        else:
+            g = np.concatenate([gs[k] for k in idx], axis=None)
+        x = np.concatenate([xs[k] for k in idx], axis=None)
+        State = type(ss[idx[0]])
+        fields = [np.concatenate([ss[k][j] for k in idx], axis=None) for j in range(len(State._fields))]
+        kernel.step(x, g, self.kernel_state(State(*fields)), c)
+        shapes = [xs[k].shape for k in idx]
+        new_x = _split(x, spans, shapes)
+        parts = []
+        for j, f in enumerate(fields):
+            if f.size == x.size:      # a field shaped like x (validated state)
+                parts.append(_split(f, spans, shapes))
+            else:                     # e.g. SGD's empty buffer without momentum
+                parts.append([np.array(ss[k][j], copy=True) for k in idx])
+        for k, nx, ns in zip(idx, new_x, map(State, *parts) if parts else [State()] * len(idx)):
+            out_x[k], out_s[k] = nx, ns
+
 
 class WrapperContext(NamedTuple):
     """One step's scalars of a direction wrapper: its own ``lr * gamma_t`` and the base rule's context."""
@@ -145,3 +215,9 @@ class DirectionWrapper(Wrapper):
             raise ValueError(f"{type(self.base).__name__}.direction_leaf returned a direction that is not an array "
                              f"of x's shape {x.shape} and dtype {x.dtype} at {path}")
         return np.ascontiguousarray(u), sb
+
+
+def _split(flat: np.ndarray, spans: list, shapes: list) -> list:
+    """Views of ``flat`` cut at ``spans`` [(start, end)] and shaped as ``shapes``."""
+    views = [flat[a:b] for a, b in spans]
+    return [v if len(s) == 1 else v.reshape(s) for v, s in zip(views, shapes)]
