@@ -91,14 +91,16 @@ def _replace_loop(x, g, s, c):
 # taken out of a tuple inside the loop body.
 def _step_many_loop(xs, g, start, ss, c):
     for k in numba.prange(len(xs)):
-        x = xs[k]
-        step_one(x, g[start[k]:start[k] + x.size], ss[k], c)  # noqa: F821 (bound per rule)
+        j = np.int64(k)   # typed lists take signed indices (the parallel loop's index is unsigned)
+        x = xs[j]
+        step_one(x, g[start[j]:start[j] + x.size], ss[j], c)  # noqa: F821 (bound per rule)
 
 
 def _step_many_stateless_loop(xs, g, start, c):
     for k in numba.prange(len(xs)):
-        x = xs[k]
-        step_one(x, g[start[k]:start[k] + x.size], (), c)  # noqa: F821
+        j = np.int64(k)
+        x = xs[j]
+        step_one(x, g[start[j]:start[j] + x.size], (), c)  # noqa: F821
 
 
 def _flat(a: np.ndarray, n: int, dtype, what: str, write: bool) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 from refopt.core import ArraySpec
 from refopt.kernels import Elementwise
 from refopt.rules import _checks
-from refopt.rules.base import Wrapper
+from refopt.rules.base import Wrapper, rewrap
 
 
 class AverageState(NamedTuple):
@@ -72,7 +72,7 @@ class _Averaging(Wrapper):
         x, sb = self.base.update_leaf(ctx.base, s.base, x, g, path)
         xe = self.base.eval_leaf(sb, x, path)
         _AVERAGE.replace(s.mu, xe, (), _Weights(ctx.p, ctx.q, ctx.r))
-        return x, AverageState(s.mu, sb)
+        return x, rewrap(s, sb)
 
     def eval_leaf(self, s, x, path):
         return s.mu.copy()

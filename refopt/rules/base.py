@@ -122,6 +122,13 @@ class ElementwiseRule(Rule):
             out_x[k], out_s[k] = nx, ns
 
 
+def rewrap(s: Any, base_state: Any) -> Any:
+    """A wrapper's per-leaf state ``s`` (a NamedTuple with a field ``base``) holding ``base_state``: ``s``
+    itself when that is already its base state (so that an in-place step keeps the state objects, which
+    lets the walk reuse what it checked, :func:`refopt.update_`), else a copy with the new base."""
+    return s if s.base is base_state else s._replace(base=base_state)
+
+
 class WrapperContext(NamedTuple):
     """One step's scalars of a direction wrapper: its own ``lr * gamma_t`` and the base rule's context."""
 

@@ -10,7 +10,7 @@ from refopt.core import cast_scalar
 from refopt.kernels import check_grads, square_bound
 from refopt.linalg.norms import fro_norm
 from refopt.rules import _checks
-from refopt.rules.base import Wrapper
+from refopt.rules.base import Wrapper, rewrap
 
 
 class ClipState(NamedTuple):
@@ -86,7 +86,13 @@ class ClipByGlobalNorm(Wrapper):
 
     def update_leaf(self, ctx, s, x, g, path):
         x, sb = self.base.update_leaf(ctx.base, s.base, x, g, path)
-        return x, ClipState(sb)
+        return x, rewrap(s, sb)
+
+    def update_leaves(self, casts, ss, xs, gs, paths, walk):
+        """The base rule's ``update_leaves`` on the gradients clipped by :meth:`prepare`."""
+        nx, ns = self.base.update_leaves({dt: c.base for dt, c in casts.items()}, [s.base for s in ss], xs, gs,
+                                         paths, walk)
+        return nx, [rewrap(s, b) for s, b in zip(ss, ns)]
 
     def direction_leaf(self, ctx, s, x, g, path):
         u, sb = self.base.direction_leaf(ctx.base, s.base, x, g, path)

@@ -9,7 +9,7 @@ import numpy as np
 
 from refopt.linalg.norms import fro_norm, safe_factor, scale, sub_scaled, unit_scaled
 from refopt.rules import _checks
-from refopt.rules.base import DirectionWrapper
+from refopt.rules.base import DirectionWrapper, rewrap
 
 
 class CovariantState(NamedTuple):
@@ -130,12 +130,12 @@ class Covariant(DirectionWrapper):
         nw = self._norm(x, "W", path)
         nu = self._norm(u, "u", path)
         if not (nw > 0.0 and nu > 0.0):
-            return u, 0.0, CovariantState(sb)
+            return u, 0.0, rewrap(s, sb)
         a = lr_t * (nw / nu)
         if not safe_factor(a, x.dtype):
             u, _ = unit_scaled(u)
             a = lr_t * (nw / self._norm(u, "u", path))
-        return u, a, CovariantState(sb)
+        return u, a, rewrap(s, sb)
 
     def update_leaf(self, ctx, s, x, g, path):
         u, a, s = self._ratio(s, x, g, path, ctx, float(ctx.lr_t))

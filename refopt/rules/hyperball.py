@@ -10,7 +10,7 @@ import numpy as np
 from refopt.core import ArraySpec
 from refopt.linalg.norms import fro_norm, safe_factor, scale, sub_scaled_norm, unit_scaled
 from refopt.rules import _checks
-from refopt.rules.base import DirectionWrapper
+from refopt.rules.base import DirectionWrapper, rewrap
 
 
 class HyperballState(NamedTuple):
@@ -121,4 +121,4 @@ class Hyperball(DirectionWrapper):
                                      f"parameters must be finite")
         if ny > 0.0:
             scale(flat, d(r / ny))                                       # W = R*y/||y||
-        return x, HyperballState(s.radius, sb)
+        return x, rewrap(s, sb)

@@ -8,7 +8,7 @@ from typing import Any, Mapping, NamedTuple
 from refopt.core import cast_scalar
 from refopt.linalg.norms import fro_norm, sub_scaled
 from refopt.rules import _checks
-from refopt.rules.base import DirectionWrapper
+from refopt.rules.base import DirectionWrapper, rewrap
 
 
 class LRTableState(NamedTuple):
@@ -112,10 +112,10 @@ class LRTable(DirectionWrapper):
         lr = self._lr(ctx.t, x, path)
         if lr is None:
             x, sb = self.base.update_leaf(ctx.base, s.base, x, g, path)
-            return x, LRTableState(sb)
+            return x, rewrap(s, sb)
         u, sb = self.base_direction(ctx, s, x, g, path)
         sub_scaled(x.reshape(-1), u.reshape(-1), lr)
-        return x, LRTableState(sb)
+        return x, rewrap(s, sb)
 
     def lr_at(self, path: str, t: int) -> float:
         """The learning rate of step t (1-based) for ``path`` (math.nan when the table has no row)."""

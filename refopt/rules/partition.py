@@ -151,7 +151,27 @@ class Partition(Rule):
     def update_leaf(self, ctx, s, x, g, path):
         rule = self._rule(s, path)
         x, inner = rule.update_leaf(ctx[s.label], s.inner, x, g, path)
-        return x, PartitionLeaf(s.label, inner)
+        return x, (s if inner is s.inner else PartitionLeaf(s.label, inner))
+
+    def update_leaves(self, casts, ss, xs, gs, paths, walk):
+        """Each label's leaves handed to its rule's ``update_leaves`` together (so that an elementwise rule
+        steps its small leaves in one call); the same arithmetic as :meth:`update_leaf`."""
+        groups = walk.layout_cache.get("labels")
+        if groups is None:
+            groups = {}
+            for k, (s, p) in enumerate(zip(ss, paths)):
+                self._rule(s, p)
+                groups.setdefault(s.label, []).append(k)
+            walk.layout_cache["labels"] = groups
+        out_x, out_s = list(xs), list(ss)
+        for label, idx in groups.items():
+            nx, ns = self.rules[label].update_leaves(
+                {dt: c[label] for dt, c in casts.items()}, [ss[k].inner for k in idx], [xs[k] for k in idx],
+                [gs[k] for k in idx], [paths[k] for k in idx], walk.sub(label, idx))
+            for k, x, inner in zip(idx, nx, ns):
+                s = ss[k]
+                out_x[k], out_s[k] = x, (s if inner is s.inner else PartitionLeaf(label, inner))
+        return out_x, out_s
 
     def direction_leaf(self, ctx, s, x, g, path):
         rule = self._rule(s, path)
