@@ -47,7 +47,9 @@ def float64_warmup(lr: float, warmup_steps: int):
     return schedule
 
 
-def _build(optax, ctor: str, kw: dict):
+def _build(optax, ctor, kw: dict):
+    if callable(ctor):      # a builder optax -> GradientTransformation (the divergence atlas's chains)
+        return ctor(optax, **kw)
     if ctor.startswith("chain:"):     # "chain:clip_by_global_norm+adam": a clipping stage, then an optimizer
         clip, opt = ctor[len("chain:"):].split("+")
         kw = dict(kw)
