@@ -900,7 +900,7 @@ def _sf_adamw_decay() -> Entry:
          Pair("optax", "schedulefree at y", "params", 1e-12, "max", what="optax = the reference default")),
         "Defazio et al. (2024) apply the decay at y (the gradient point); decay_at_z is the later option of the "
         "same code for the primal-averaging view (decay of the iterate that is averaged).",
-        "Defazio et al. 2024; CONVENTIONS.md 2.5, 5.2", extra_peers=("optax",))
+        "Defazio et al. 2024; CONVENTIONS.md 2.5, 5.2")
 
 
 ENTRIES: tuple[Callable[[], Entry], ...] = (
