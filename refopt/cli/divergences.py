@@ -9,7 +9,7 @@ measured in the run; the peers' versions are printed (the ``peers`` extra pins t
 
 Exit status: 0 every entry reproduced as documented (skipped entries included), 1 an entry no longer does
 (a divergence vanished, an agreement broke, or a side is no longer reproduced by its preset: a peer
-changed, update the atlas), 2 a usage error.
+changed, update the atlas), 2 a usage error (or the peer named by ``--against`` is not installed).
 """
 from __future__ import annotations
 
@@ -46,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown entry {unknown[0]!r} for --against {args.against}; choose from {names}")
         chosen = [e for e in chosen if e.name in args.only]
+    if args.against != "all":              # as `refopt crosscheck`: the one requested peer must be there
+        from refopt.crosscheck import peers
+        ok, why = peers.available(args.against)
+        if not ok:
+            raise ValueError(why)
     if args.json:                          # fail on an unwritable file before the minute of running
         open(args.json, "a").close()
     results = [D.run_entry(e) for e in chosen]
