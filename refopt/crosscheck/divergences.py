@@ -429,7 +429,7 @@ def _nadam() -> Entry:
          Pair("torch psi=1e9", "optax", "params", 1e-12, "max", what="psi -> infinity: torch = optax")),
         "torch follows Dozat's paper (the momentum schedule, ICLR 2016 workshop); optax uses its constant-beta1 "
         "special case. Neither applies Dozat's extra beta2 factor on vhat (Optimisers.jl does).",
-        "Dozat 2016, 'Incorporating Nesterov Momentum into Adam'; CONVENTIONS.md 1, 2.3, 7")
+        "Dozat 2016, 'Incorporating Nesterov Momentum into Adam'; CONVENTIONS.md 1.2, 2.3, 7, 10.7")
 
 
 def _sf_warmup() -> Entry:
@@ -454,7 +454,7 @@ def _sf_warmup() -> Entry:
          Pair("optax", "optax float64 warmup", "params", 1e-6, "max", what="... and only float32 rounding")),
         "the schedulefree reference (the authors' code, Defazio et al. 2024) uses lr (k+1)/W for the z step and the "
         "weights alike; optax's z step lags one step (a bug report: optax#1744).",
-        "Defazio et al. 2024, 'The Road Less Scheduled'; optax#1744; CONVENTIONS.md 2.5, 5")
+        "Defazio et al. 2024, 'The Road Less Scheduled'; optax#1744; CONVENTIONS.md 2.5, 5.1, 10.8")
 
 
 def _schedule_values() -> list:
@@ -536,34 +536,41 @@ def _schedules() -> Entry:
 
 def _muon_4d() -> Entry:
     R = _rules()
-    shape = (5, 3, 2, 6)             # refopt's (kh, kw, fan_in, fan_out); torch (out, in, kh, kw) = (6, 2, 5, 3)
-    kh, kw, fi, fo = shape
-    kj = math.sqrt(max(1.0, kh / kw))       # KellerJordan: max(1, grad.size(-2)/grad.size(-1))**0.5 of (out, in, kh, kw)
+    # refopt's (kh, kw, fan_in, fan_out); torch (out, in, kh, kw): (6, 2, 5, 3) and PITFALLS B07's (64, 1, 3, 3)
+    shapes = [(5, 3, 2, 6), (3, 3, 1, 64)]
+    kj = [math.sqrt(max(1.0, kh / kw)) for kh, kw, _, _ in shapes]   # KellerJordan: of (out, in, kh, kw)[-2:]
+    flat = [math.sqrt(max(1.0, fo / (kh * kw * fi))) for kh, kw, fi, fo in shapes]
     lr = 0.02
 
     def leaves():
         rng = np.random.default_rng(SEED)
-        x0 = [rng.standard_normal(shape)]
+        x0 = [rng.standard_normal(s) for s in shapes]
         grng = np.random.default_rng(SEED + 1)
-        return ["conv"], x0, [[grng.standard_normal(shape)] for _ in range(STEPS)]
+        return ["conv_a", "conv_b"], x0, [[grng.standard_normal(s) for s in shapes] for _ in range(STEPS)]
 
     def oracle():
+        """KellerJordan's scale applied by hand: Muon without a shape scale at lr * kj, per filter."""
         from refopt.testing.adapters import RuleAdapter
-        return RuleAdapter(R.Muon(lr=lr * kj, scale="none", msign="svd"))
+        return RuleAdapter(R.Partition(rules={f"f{i}": R.Muon(lr=lr * k, scale="none", msign="svd")
+                                              for i, k in enumerate(kj)}, labels=["f0", "f1"]))
+    torch_shapes = [(fo, fi, kh, kw) for kh, kw, fi, fo in shapes]
     return Entry(
-        "muon-conv-scale", "Muon on a 4-D conv filter: KellerJordan's scale of the 4-D shape vs the scale of the "
+        "muon-conv-scale", "Muon on 4-D conv filters: KellerJordan's scale of the 4-D shape vs the scale of the "
         "flattened matrix",
-        (restated_side("KellerJordan", f"KellerJordan/Muon on a torch (out, in, kh, kw) = {(fo, fi, kh, kw)} filter: "
-                       f"scale max(1, kh/kw)**0.5 = {kj:.4f}", lambda: R.Muon(lr=lr, scale="jordan_4d", msign="svd"),
-                       oracle=oracle, source="KellerJordan/Muon muon_update (the original author's code)"),
-         restated_side("flattened 'jordan'", f"the same rule on the flattened ({kh * kw * fi}, {fo}) matrix: scale "
-                       f"max(1, fan_out/fan_in)**0.5 = {math.sqrt(max(1.0, fo / (kh * kw * fi))):.4f}",
+        (restated_side("KellerJordan", f"KellerJordan/Muon on torch (out, in, kh, kw) filters {torch_shapes}: scale "
+                       f"max(1, kh/kw)**0.5 = {', '.join(f'{k:.4f}' for k in kj)}",
+                       lambda: R.Muon(lr=lr, scale="jordan_4d", msign="svd"), oracle=oracle,
+                       source="KellerJordan/Muon muon_update (the original author's code)"),
+         restated_side("flattened 'jordan'", "the same rule on the flattened (out, in kh kw) matrices: scale "
+                       f"max(1, out/(in kh kw))**0.5 = {', '.join(f'{k:.4f}' for k in flat)} (torch.optim.Muon and "
+                       "optax.contrib.muon take 2-D arrays only)",
                        lambda: R.Muon(lr=lr, scale="jordan", msign="svd"),
-                       source="what a port that reshapes to (kh kw fan_in, fan_out) first computes")),
-        (Pair("KellerJordan", "flattened 'jordan'", "update", 0.1, what="per-step update (the scale ratio - 1)"),),
-        "KellerJordan's code (the original Muon) reads the scale from the 4-D tensor's last two dims (kh, kw), an "
-        "artefact of calling it before the reshape; the flattened fan ratio is what the derivation (seed 003) means.",
-        "KellerJordan/Muon muon.py; CONVENTIONS.md 10; seed 003", leaves=leaves)
+                       source="PITFALLS B07: the scale of the flattened 2-D shape")),
+        (Pair("KellerJordan", "flattened 'jordan'", "update", 0.1, what="per-step update, worst filter"),),
+        "the flattened shape: the scale is a property of the linear map (out x in kh kw) that Newton-Schulz "
+        "orthogonalises (seed 003); KellerJordan's code reads the 4-D tensor's last two dims, a quirk reported "
+        "downstream as a bug (PITFALLS B07: updates up to 2.7x too small for a (64, 1, 3, 3) filter).",
+        "CONVENTIONS.md 3.1; PITFALLS B07; seed 003", leaves=leaves)
 
 
 def _ema() -> Entry:
@@ -584,7 +591,8 @@ def _ema() -> Entry:
                        lambda: R.EMA(R.SGD(**base), decay=0.9, debias=False, start="x0"), observe="mu",
                        source="timm ModelEmaV2 (not installed here)")),
         (Pair("torch AveragedModel", "optax.ema", "params", 0.01, what="max over steps"),
-         Pair("x0 start", "optax.ema", "params", 0.01, what="max over steps")),
+         Pair("x0 start", "optax.ema", "params", 0.01, what="max over steps"),
+         Pair("x0 start", "torch AveragedModel", "params", 0.01, what="max over steps")),
         "no paper fixes the start; the debiased form (Kingma & Ba's bias correction applied to iterates) weights "
         "x_1..x_t by beta^(t-k) exactly; the other two put extra weight on x_1 or x_0 (PITFALLS B16).",
         "PITFALLS B16; seed 004 eq. (2); CONVENTIONS.md 2.6")
@@ -629,7 +637,7 @@ def _muon_bf16() -> Entry:
          Pair("torch momentum", "float64 momentum", "params", 1e-12, "max", what="the momentum buffers agree")),
         "KellerJordan's code and torch run the iteration in bfloat16 for speed; the iteration approximates msign "
         "(the polar factor) whatever the precision, so a float64 iteration is the same method, more accurate.",
-        "KellerJordan/Muon; torch.optim.Muon; CONVENTIONS.md 1.3", matrix_only=True)
+        "KellerJordan/Muon; torch.optim.Muon; CONVENTIONS.md 1.3, 3.1, 10.3", matrix_only=True)
 
 
 def _muon_scale() -> Entry:
@@ -662,7 +670,7 @@ def _muon_scale() -> Entry:
          Pair("spectral (muP)", "optax", "step", 0.1, what="per-step update (median; differs on tall matrices)")),
         "the muP spectral condition (seed 003) gives sqrt(fan_out/fan_in); KellerJordan's code clips it at 1 "
         "(never shrinks); 'match_rms_adamw' (Moonshot) targets AdamW's update RMS so AdamW's lr and decay transfer.",
-        "seed 003; KellerJordan/Muon; Liu et al. 2025 (arXiv:2502.16982); CONVENTIONS.md 1.3, 2.4",
+        "seed 003; KellerJordan/Muon; Liu et al. 2025 (arXiv:2502.16982); CONVENTIONS.md 1.3, 2.4, 10.1",
         matrix_only=True)
 
 
@@ -866,7 +874,7 @@ def _lion_default() -> Entry:
          Pair("optax.adamw", "torch.AdamW", "final", 1e-6, what="both at their default decay")),
         "defaults, not equations: porting a config without its weight_decay changes the run. Chen et al. (2023) "
         "recommend a decay 3-10x larger than AdamW's for Lion, but ship none by default.",
-        "CONVENTIONS.md 10.5; Chen et al. 2023 (arXiv:2302.06675)")
+        "CONVENTIONS.md 9, 10.5; Chen et al. 2023 (arXiv:2302.06675)")
 
 
 def _amsgrad() -> Entry:
