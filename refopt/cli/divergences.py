@@ -57,6 +57,6 @@ def run(args: argparse.Namespace) -> int:
     print(D.report(results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([r.to_dict() for r in results], f, indent=1, default=float)
+            json.dump([r.to_dict() for r in results], f, indent=1, allow_nan=False)
             f.write("\n")
     return 1 if any(r.status == "changed" for r in results) else 0

@@ -173,8 +173,19 @@ class EntryResult:
     problem: str = ""
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict (a non-finite figure, e.g. a relative difference to an all-zero array, becomes
+        the string 'inf' or 'nan')."""
         from dataclasses import asdict
-        return asdict(self)
+
+        def safe(o):
+            if isinstance(o, float) and not math.isfinite(o):
+                return str(o)
+            if isinstance(o, dict):
+                return {k: safe(v) for k, v in o.items()}
+            if isinstance(o, (list, tuple)):
+                return [safe(v) for v in o]
+            return o
+        return safe(asdict(self))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -653,6 +664,14 @@ def _muon_scale() -> Entry:
                dict(learning_rate=0.02, consistent_rms=0.2), lambda: R.Muon.like_optax(0.02, consistent_rms=0.2),
                matrix_only=True)
     from refopt.crosscheck.presets import MUON_OPTAX
+
+    def spectral_oracle():      # no shape scale, lr * sqrt(fan_out/fan_in) per matrix of the stream
+        from refopt.testing.adapters import RuleAdapter
+        base = R.Muon.like_optax(0.02)
+        shapes = {"w": (6, 12), "v": (12, 6), "tiny": (4, 5)}
+        return RuleAdapter(R.Partition(
+            rules={k: replace(base, lr=0.02 * math.sqrt(fo / fi), scale="none") for k, (fi, fo) in shapes.items()},
+            labels=list(shapes)))
     return Entry(
         "muon-scale", "Muon's shape scale: KellerJordan/torch 'original' sqrt(max(1, out/in)), torch "
         "'match_rms_adamw' and optax consistent_rms 0.2 sqrt(max(out, in)), muP spectral sqrt(fan_out/fan_in)",
@@ -664,7 +683,8 @@ def _muon_scale() -> Entry:
          peer_side("optax consistent_rms", o_rms, tol=MUON_OPTAX, tol_name="MUON_OPTAX",
                    source="0.2 sqrt(max(fan_in, fan_out))"),
          restated_side("spectral (muP)", "the spectral condition's sqrt(fan_out/fan_in) (seed 003)",
-                       lambda: replace(R.Muon.like_optax(0.02), scale="spectral"), source="seed 003")),
+                       lambda: replace(R.Muon.like_optax(0.02), scale="spectral"), oracle=spectral_oracle,
+                       source="seed 003")),
         (Pair("torch original", "torch match_rms_adamw", "step", 0.1, what="per-step update (median)"),
          Pair("optax", "optax consistent_rms", "step", 0.1, what="per-step update (median)"),
          Pair("spectral (muP)", "optax", "step", 0.1, what="per-step update (median; differs on tall matrices)")),
@@ -739,6 +759,10 @@ def _adamw_decay() -> Entry:
     tw = _preset("torch.AdamW(wd=0.1)")                     # lr 3e-2, betas (0.9, 0.95), wd 0.1
     ow = _preset("optax.adamw(wd=0.1)")
     ind = lambda lr, wd: (lambda: R.AdamW(lr=lr, beta1=0.9, beta2=0.95, weight_decay=wd, wd_mode="independent"))
+    V = _variants()
+
+    def ind_oracle(lr, wd):      # x <- x (1 - wd) - lr u, written from the equation (refopt.crosscheck.variants)
+        return lambda: V.ConventionAdam(lr, 0.9, 0.95, 1e-8, weight_decay=wd, decay="independent")
     t1 = _p("torch.AdamW(lr=1e-2)", "torch", "AdamW", dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1),
             lambda: R.AdamW(lr=1e-2, beta1=0.9, beta2=0.95, weight_decay=0.1))
     return Entry(
@@ -747,10 +771,10 @@ def _adamw_decay() -> Entry:
         (peer_side("torch lr=3e-2", tw, source="Loshchilov & Hutter's AdamW as torch ships it: eta_t lr wd"),
          peer_side("optax lr=3e-2", ow, source="the same coupling"),
          restated_side("independent wd'=3e-3, lr=3e-2", "independent decay wd' = lr wd = 3e-3 at lr 3e-2",
-                       ind(3e-2, 3e-3), source="arXiv:2405.13698"),
+                       ind(3e-2, 3e-3), oracle=ind_oracle(3e-2, 3e-3), source="arXiv:2405.13698"),
          peer_side("torch lr=1e-2", t1, source="the same wd = 0.1 at lr 1e-2"),
          restated_side("independent wd'=3e-3, lr=1e-2", "the same wd' = 3e-3 at lr 1e-2", ind(1e-2, 3e-3),
-                       source="arXiv:2405.13698: the decay does not follow lr")),
+                       oracle=ind_oracle(1e-2, 3e-3), source="arXiv:2405.13698: the decay does not follow lr")),
         (Pair("torch lr=3e-2", "optax lr=3e-2", "params", 1e-12, "max", what="torch and optax agree"),
          Pair("torch lr=3e-2", "independent wd'=3e-3, lr=3e-2", "params", 1e-12, "max",
               what="wd' = lr wd: the same run"),
@@ -966,6 +990,8 @@ def report(results: list[EntryResult]) -> str:
                 fig = ", ".join(f"{k} {v:.2e}" for k, v in s.measured.items() if k in s.tolerance)
                 lines.append(f"          vs {s.checked_against}: {fig} ({s.tolerance_name}: {_fmt_tol(s.tolerance)})"
                              f" -> {'reproduced' if s.ok else 'NOT REPRODUCED'}")
+            elif s.restated:
+                lines.append("          (refopt's restatement stands in for this side; no peer to check it against)")
             if s.source:
                 lines.append(f"          follows: {s.source}")
         lines.append(f"    which side: {r.follows}")
