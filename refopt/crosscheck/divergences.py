@@ -694,6 +694,26 @@ def _muon_scale() -> Entry:
         matrix_only=True)
 
 
+def _muon_nesterov() -> Entry:
+    R = _rules()
+    from refopt.crosscheck.presets import MUON_OPTAX
+    o = _preset("optax.contrib.muon")
+    std = lambda: replace(R.Muon.like_optax(0.02), nesterov_mode="standard")
+    return Entry(
+        "muon-nesterov-mix", "Muon's Nesterov input: optax mixes like NAdam (bias-corrected); KellerJordan and "
+        "torch use (1 - mu) g + mu m",
+        (peer_side("optax", o, tol=MUON_OPTAX, tol_name="MUON_OPTAX",
+                   source="b m/(1 - b^(t+1)) + (1 - b) g/(1 - b^t), as optax.nadam"),
+         restated_side("standard mix", "the same call with KellerJordan's / torch's Nesterov input "
+                       "(1 - mu) g + mu m (float64; torch's own run adds bfloat16 noise)", std,
+                       source="KellerJordan/Muon muon_update; torch.optim.Muon")),
+        (Pair("optax", "standard mix", "step", 1e-3, what="per-step update (median)"),
+         Pair("optax", "standard mix", "update", 0.05, what="per-step update (max: the first steps)")),
+        "KellerJordan's code (the original Muon) uses the plain lerp (1 - mu) g + mu m; optax borrows NAdam's "
+        "bias correction, which changes the first steps most (after msign only the direction counts).",
+        "CONVENTIONS.md 2.4, 3.1, 10.2", matrix_only=True)
+
+
 def _lamb_zero() -> Entry:
     R = _rules()
     V = _variants()
@@ -937,7 +957,7 @@ def _sf_adamw_decay() -> Entry:
 
 ENTRIES: tuple[Callable[[], Entry], ...] = (
     _nadam, _sf_warmup, _schedules, _muon_4d, _ema, _clip, _muon_bf16, _muon_scale, _lamb_zero, _adam_eps,
-    _adamw_decay, _sgd_dampening, _nesterov, _amsgrad, _lion_default, _sf_adamw_decay)
+    _adamw_decay, _sgd_dampening, _nesterov, _amsgrad, _lion_default, _sf_adamw_decay, _muon_nesterov)
 
 
 def entries() -> list[Entry]:
