@@ -235,10 +235,12 @@ def _figures(a: Trajectory, b: Trajectory, leaves0, paths) -> dict:
         d = float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) if x.size else 0.0
         s = float(np.max(np.abs(np.asarray(y, np.float64)))) if y.size else 0.0
         final = max(final, 0.0 if d == 0 else (d / s if s > 0 else math.inf))
+    def delta(xs, prev):          # the whole tree's update, flattened, in float64
+        return np.concatenate([(np.asarray(x, np.float64) - np.asarray(p, np.float64)).ravel()
+                               for x, p in zip(xs, prev)])
     steps, prev_a, prev_b = [], list(leaves0), list(leaves0)
     for xa, xb in zip(a.params, b.params):
-        da = np.concatenate([(np.asarray(x, np.float64) - np.asarray(p, np.float64)).ravel() for x, p in zip(xa, prev_a)])
-        db = np.concatenate([(np.asarray(x, np.float64) - np.asarray(p, np.float64)).ravel() for x, p in zip(xb, prev_b)])
+        da, db = delta(xa, prev_a), delta(xb, prev_b)
         nb = float(np.linalg.norm(db))
         if nb > 0:
             steps.append(float(np.linalg.norm(da - db)) / nb)
@@ -324,10 +326,6 @@ def _expr(rule) -> str:
         return to_expr(rule)
     except ExprError:
         return repr(rule)
-
-
-def _tol(t, name="EXACT") -> tuple[dict, str]:
-    return dict(t.float64), name
 
 
 def peer_side(label: str, preset: Preset, observe="params", tol=EXACT, tol_name="EXACT", source="",
