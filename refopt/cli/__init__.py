@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from refopt.cli import compare, crosscheck, golden, invariants, train
+from refopt.cli import compare, crosscheck, divergences, golden, invariants, train
 
 
 class UserError(Exception):
     """A mistake in the command line or its inputs: printed as one line, exit status 2."""
 
 
-COMMANDS = {"train": train, "compare": compare, "crosscheck": crosscheck, "golden": golden, "invariants": invariants}
+COMMANDS = {"train": train, "compare": compare, "crosscheck": crosscheck, "golden": golden, "invariants": invariants,
+            "divergences": divergences}
 #: exceptions that report a user mistake (a bad value, file or directory): one line, exit status 2
 USER_ERRORS = (UserError, ValueError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 

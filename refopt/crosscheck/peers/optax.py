@@ -11,6 +11,9 @@ Special constructor ``'ema'`` (CONVENTIONS.md 2.6): optax.ema averages *updates*
 *iterates*. The comparable pairing: run ``optax.sgd(learning_rate, momentum)`` and feed its iterates
 x_t to ``optax.ema(decay, debias=True)``; the EMA output is exposed as state key ``'ema'``.
 
+A callable constructor ``ctor(optax, **kwargs) -> GradientTransformation`` builds any other chain (the
+divergence atlas's, :mod:`refopt.crosscheck.divergences`).
+
 Adapter keyword ``float64_warmup=True`` (Schedule-Free wrappers only, never passed to optax): optax's
 ``warmup_steps=W`` builds ``warmup_constant_schedule``, which evaluates count/W from an int32 count in
 float32 even under x64 (lr/W = 0.1 comes out as 0.099999994), a 6e-8 relative error in the early
@@ -47,7 +50,9 @@ def float64_warmup(lr: float, warmup_steps: int):
     return schedule
 
 
-def _build(optax, ctor: str, kw: dict):
+def _build(optax, ctor, kw: dict):
+    if callable(ctor):      # a builder optax -> GradientTransformation (the divergence atlas's chains)
+        return ctor(optax, **kw)
     if ctor.startswith("chain:"):     # "chain:clip_by_global_norm+adam": a clipping stage, then an optimizer
         clip, opt = ctor[len("chain:"):].split("+")
         kw = dict(kw)
