@@ -18,16 +18,24 @@ like ``params`` whose leaves are per-array state NamedTuples.
 One step of the walk, in this order (nothing is written before the last item):
 
 1. validate: params and grads alike (structure, shapes, dtypes); the state exactly what the rule makes for
-   these params (:meth:`Rule.leaf_spec`: NamedTuple types, every array's shape and dtype);
+   these params (:meth:`Rule.leaf_spec`: NamedTuple types, every array's shape and dtype). The walk
+   remembers, per rule object, the params and per-leaf state objects of its last step; handed the very same
+   objects again (by identity, with the same shapes and dtypes: the training loop of :func:`update_`, or
+   the arrays the last :func:`update` returned) it skips the state check, which nothing can have changed;
+   the gradients, new every step, are always checked;
 2. ``ctx, glob = rule.context(t, glob)``: the step's scalars in Python float64;
 3. cast every float of ``ctx`` to each array dtype present, checked (:func:`cast_context`: a value that
    overflows, or is non-zero and rounds to 0, raises ``ValueError`` naming it; a step size that rounds to
    0 is a zero step);
-4. the gradient check (:func:`refopt.kernels.check_grads`): nan/inf, and for second-moment rules a
-   magnitude whose square overflows, raise ``FloatingPointError`` naming the leaf;
+4. the gradients of the small leaves (below :data:`refopt.kernels.PARALLEL_MIN_SIZE` elements) are copied
+   into one flat buffer per dtype (reused from step to step), then the gradient check
+   (:func:`refopt.kernels.check_grads`, one pass per buffer and one per large leaf): nan/inf, and for
+   second-moment rules a magnitude whose square overflows, raise ``FloatingPointError`` naming the leaf;
 5. ``grads = rule.prepare(ctx, states, params, grads, paths)``: a whole-tree pre-pass (e.g. clipping by
    the global norm) returning new gradient arrays, never writing the caller's;
-6. per leaf, ``rule.update_leaf(c, s, x, g, path)`` with ``c`` the cast context of x's dtype.
+6. ``rule.update_leaves(casts, states, params, grads, paths, walk)``: by default, per leaf,
+   ``rule.update_leaf(c, s, x, g, path)`` with ``c`` the cast context of x's dtype; elementwise rules step
+   all their small leaves in one compiled call over the packed gradients (:class:`Walk`).
 
 How a rule plugs in (the contract between this walk and the rule math; :class:`Rule` has the defaults):
 

@@ -20,6 +20,10 @@ The loops are reached only through :class:`Elementwise`'s methods, which check t
 same number of elements and dtype (and that written arrays are writable and C-contiguous) before any loop
 runs, so no loop can index past an array. No ``fastmath`` anywhere (it reorders floating point).
 
+:meth:`Elementwise.many` prepares the multi-tensor form of ``step`` (torch's ``_foreach`` idea): the
+step of many arrays in one compiled call, their gradients packed in one flat buffer, the arrays held in
+numba typed lists, the leaves spread over numba's threads.
+
 Also here: :func:`check_grads` (the walk's fused pass rejecting non-finite gradients and, for second-moment
 rules, gradients whose square overflows) and :func:`triad` (``c = a + s*b``, the bandwidth yardstick of
 ``benchmarks/``).
@@ -242,12 +246,20 @@ def _count_bad(a, bound):
     return bad
 
 
+#: elements per work item of the parallel check (1 MB of float32): each is counted by the vectorized serial
+#: loop (a reduction written directly in a parallel loop is not vectorized by numba)
+COUNT_CHUNK = 1 << 18
+
+
 @numba.njit(cache=True, parallel=True)
 def _count_bad_parallel(a, bound):
-    bad = 0
-    for i in numba.prange(a.size):
-        bad += not (abs(a[i]) < bound)
-    return bad
+    n = a.size
+    chunks = (n + COUNT_CHUNK - 1) // COUNT_CHUNK
+    counts = np.zeros(chunks, np.int64)
+    for j in numba.prange(chunks):
+        lo = j * COUNT_CHUNK
+        counts[j] = _count_bad(a[lo:min(n, lo + COUNT_CHUNK)], bound)
+    return counts.sum()
 
 
 def count_bad(a: np.ndarray, bound: float = np.inf) -> int:
