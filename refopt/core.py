@@ -447,7 +447,9 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     rule's update_leaves."""
     xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
     if inplace:
-        if w.cache.get("writable") is not True or not all(x.flags.writeable for x in xs):
+        # the params' flags can change in place between calls (x.flags.writeable = False), so they are
+        # read every call; the state arrays' when the state objects change
+        if w.cache.get("writable") is not True or not all(x.flags.carray for x in xs):
             _check_writable(xs, ss, paths)
             _check_no_aliasing(xs, paths)
             w.cache["writable"] = True
