@@ -1,0 +1,175 @@
+"""Review of the fast tree walk (issue 9): what a demanding user can do between calls, and what must still hold.
+
+Each test states the guarantee the walk must keep (the project's rules: update_ refuses read-only or
+non-contiguous arrays with a ValueError, nothing is written before an error, the state is exactly what the
+rule makes for the params, the pure API returns states that pass validation, no memory held for a model the
+user dropped). The ones the walk at the time of the review breaks are marked ``xfail(strict=True)`` with the
+bug named in the reason; the walk before issue 9 (commit 457cfe7) passes them all."""
+from __future__ import annotations
+
+import gc
+import warnings
+import weakref
+
+import numpy as np
+import pytest
+
+import refopt
+from refopt.kernels import PARALLEL_MIN_SIZE
+
+
+def _adam_tree(big=False):
+    params = {"a": np.linspace(-1.0, 1.0, 5), "b": np.linspace(0.5, 2.0, 6).reshape(2, 3)}
+    if big:
+        params["big"] = np.linspace(-1.0, 1.0, PARALLEL_MIN_SIZE + 3)
+    grads = {k: np.full(v.shape, 0.1) for k, v in params.items()}
+    return params, grads
+
+
+def _stepped(rule, params, grads):
+    """A state after one in-place step, so that the walk has cached this tree."""
+    state = refopt.init(rule, params)
+    params, state = refopt.update_(rule, state, params, grads)
+    return params, state
+
+
+def _snapshot(params, state):
+    return {k: v.copy() for k, v in params.items()}, {k: [a.copy() for a in s] for k, s in state.leaves.items()}
+
+
+def _unchanged(params, state, snap):
+    xs, ss = snap
+    return all(np.array_equal(params[k], xs[k]) for k in xs) and \
+        all(np.array_equal(a, b) for k in ss for a, b in zip(state.leaves[k], ss[k]))
+
+
+# --- arrays changed in place between two calls: still refused, before anything is written -----------------
+
+@pytest.mark.xfail(strict=True, reason="BUG: update_ writes into a state array made read-only after a cached "
+                   "step (the writability of state arrays is not rechecked on the fast path; StepMany keeps "
+                   "writable views made earlier)")
+def test_a_state_array_made_read_only_after_cached_steps_is_refused():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    params, state = _stepped(rule, params, grads)
+    state.leaves["a"].m.flags.writeable = False
+    snap = _snapshot(params, state)
+    with pytest.raises(ValueError, match="read-only"):
+        refopt.update_(rule, state, params, grads)
+    assert _unchanged(params, state, snap)
+
+
+def test_negative_control_a_state_array_read_only_from_the_start_is_refused():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    state = refopt.init(rule, params)
+    state.leaves["a"].m.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        refopt.update_(rule, state, params, grads)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: an error raised for a large leaf (its state array read-only) comes "
+                   "after the small leaves were already stepped in place: the error is not raised before "
+                   "anything is written (ElementwiseRule.update_leaves steps the packed groups first)")
+def test_an_error_on_a_large_leaf_writes_nothing_to_the_small_ones():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree(big=True)
+    params, state = _stepped(rule, params, grads)
+    state.leaves["big"].v.flags.writeable = False
+    snap = _snapshot(params, state)
+    with pytest.raises(ValueError):
+        refopt.update_(rule, state, params, grads)
+    assert _unchanged(params, state, snap)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a state array whose dtype is changed in place (v.dtype = float32) "
+                   "after a cached step is not caught; the cached StepMany writes float64 bits into what the "
+                   "user sees as float32 (garbage values, no error)")
+def test_a_state_array_retyped_in_place_is_caught():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    params, state = _stepped(rule, params, grads)
+    state.leaves["a"].v.dtype = np.float32        # 5 float64 -> 10 float32 over the same bytes
+    with pytest.raises(ValueError, match="state array at a"):
+        refopt.update_(rule, state, params, grads)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a state array reshaped in place ((2, 3) -> (3, 2)) after a cached "
+                   "step is accepted by update_, while the same state is refused by a fresh rule, by "
+                   "eval_params and by the walk before issue 9")
+def test_a_state_array_reshaped_in_place_is_caught():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    params, state = _stepped(rule, params, grads)
+    state.leaves["b"].m.shape = (3, 2)
+    with pytest.raises(ValueError, match="state array at b"):
+        refopt.update_(rule, state, params, grads)
+
+
+def test_negative_control_a_state_array_reshaped_before_any_step_is_caught():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    state = refopt.init(rule, params)
+    state.leaves["b"].m.shape = (3, 2)
+    with pytest.raises(ValueError, match="state array at b"):
+        refopt.update_(rule, state, params, grads)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a params leaf made non-contiguous in place (same shape, strides "
+                   "set to 0) after a cached step is not refused: the contiguity of params is only rechecked "
+                   "when one is read-only, and the cached flat view writes memory the array no longer shows")
+def test_a_params_leaf_made_non_contiguous_in_place_is_refused():
+    rule = refopt.SGD(lr=0.1)
+    params = {"a": np.arange(6.0)}
+    grads = {"a": np.ones(6)}
+    params, state = _stepped(rule, params, grads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")            # setting strides is deprecated, still allowed
+        params["a"].strides = (0,)
+    assert not params["a"].flags.c_contiguous
+    with pytest.raises(ValueError, match="C-contiguous"):
+        refopt.update_(rule, state, params, grads)
+
+
+# --- the pure update returns a state the rule would make ---------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG: pure update with SGD without momentum on small leaves that are all "
+                   "empty (shape (0, 3)) returns a state buffer of shape (0, 3) instead of (0,) "
+                   "(ElementwiseRule._step_copies splits a field as x when f.size == x.size, here 0 == 0); "
+                   "eval_params, checkpoints and any fresh rule then refuse the state")
+def test_pure_update_of_empty_leaves_returns_a_valid_state():
+    rule = refopt.SGD(lr=0.1)
+    params = {"a": np.zeros((0, 3))}
+    state = refopt.init(rule, params)
+    new_params, new_state = refopt.update(rule, state, params, {"a": np.zeros((0, 3))})
+    assert new_state.leaves["a"].b.shape == (0,)
+    refopt.eval_params(rule, new_state, new_params)           # validates the state in full
+
+
+# --- memory -----------------------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG/regression: the walk's cache (core._WALKED) keeps the params and "
+                   "state arrays of the last tree alive as long as the rule object lives, so a model dropped by "
+                   "the user (rule kept, e.g. a module-level constant) is never freed")
+def test_a_dropped_model_is_freed_while_the_rule_lives():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    params, state = _stepped(rule, params, grads)
+    alive = [weakref.ref(params["a"]), weakref.ref(state.leaves["a"].m)]
+    del params, state, grads
+    gc.collect()
+    assert all(r() is None for r in alive)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: rules made fresh each step are never released: core._SPECS keeps "
+                   "each rule alive (up to 8192 entries), so its weakref.finalize never clears _WALKED, which keeps "
+                   "every step's params and state alive (memory grows with the steps)")
+def test_rules_made_fresh_each_step_do_not_keep_old_trees_alive():
+    params = {"a": np.ones(100)}
+    state = refopt.init(refopt.Adam(lr=0.1), params)
+    alive = []
+    for _ in range(20):
+        params, state = refopt.update(refopt.Adam(lr=0.1), state, params, {"a": np.ones(100)})
+        alive.append(weakref.ref(params["a"]))
+    gc.collect()
+    assert sum(r() is not None for r in alive[:-1]) == 0
