@@ -10,11 +10,14 @@ from __future__ import annotations
 import gc
 import warnings
 import weakref
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
 import refopt
+from refopt.core import Rule
 from refopt.kernels import PARALLEL_MIN_SIZE
 
 
@@ -173,3 +176,84 @@ def test_rules_made_fresh_each_step_do_not_keep_old_trees_alive():
         alive.append(weakref.ref(params["a"]))
     gc.collect()
     assert sum(r() is not None for r in alive[:-1]) == 0
+
+
+# --- ndarray subclasses ------------------------------------------------------------------------------------
+
+_MATRIX_SCRIPT = r"""
+import warnings
+import numpy as np
+import refopt
+warnings.simplefilter("ignore", PendingDeprecationWarning)
+rule, ref_rule = refopt.Adam(lr=0.1), refopt.Adam(lr=0.1)
+x0 = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+try:
+    params = {"a": np.matrix(x0)}
+    state = refopt.init(rule, params)
+    ref, ref_state = {"a": x0.copy()}, refopt.init(ref_rule, {"a": x0.copy()})
+    for t in range(1, 4):
+        g = np.linspace(0.1, 0.6, 6).reshape(2, 3) * t
+        params, state = refopt.update_(rule, state, params, {"a": g})
+        ref, ref_state = refopt.update_(ref_rule, ref_state, ref, {"a": g})
+        assert np.array_equal(np.asarray(params["a"]), ref["a"]), (t, params["a"], ref["a"])
+    new, _ = refopt.update(rule, state, params, {"a": g})
+except (TypeError, ValueError) as e:   # refusing np.matrix with a clear error is fine too
+    assert "matrix" in str(e) or "ndarray" in str(e), e
+print("done")
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (also before issue 9): np.matrix params are accepted, but the flat "
+                   "views of kernels._flat stay 2-D (matrix.reshape(-1) is (1, n)), so the compiled loop indexes "
+                   "rows past the end: wrong numbers after one update_, heap corruption (malloc abort) on the "
+                   "next; the pure update fails with an unrelated 'cannot copy from array of size 6 into an "
+                   "array of size 36'")
+def test_matrix_params_are_stepped_like_ndarrays_or_refused():
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-c", _MATRIX_SCRIPT], cwd=root, capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, PYTHONPATH=root))
+    assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]
+
+
+# --- a user-defined rule (only init_leaf and update_leaf) --------------------------------------------------
+
+class _MState(NamedTuple):
+    m: np.ndarray
+
+
+@dataclass(frozen=True)
+class _PromotingMomentum(Rule):
+    """A plugin author's slip: np.float64(0.1) * g promotes a float32 state to float64 (NEP 50), and the
+    rule returns a new state object holding it."""
+
+    def init_leaf(self, x, path):
+        return _MState(np.zeros_like(x))
+
+    def update_leaf(self, ctx, s, x, g, path):
+        m = 0.9 * s.m + np.float64(0.1) * g
+        x -= (0.1 * m).astype(x.dtype)
+        return x, _MState(m)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG/regression: a state made by the rule's own update_leaf is trusted "
+                   "at the next call (core._step remembers the returned objects as validated), so a user rule "
+                   "that turns its float32 state into float64 is no longer caught by update_; the update_ "
+                   "docstring says the state is checked when the state objects change")
+def test_a_state_of_the_wrong_dtype_returned_by_a_user_rule_is_caught_at_the_next_call():
+    rule = _PromotingMomentum()
+    params, grads = {"a": np.ones(4, np.float32)}, {"a": np.ones(4, np.float32)}
+    params, state = refopt.update_(rule, refopt.init(rule, params), params, grads)
+    assert state.leaves["a"].m.dtype == np.float64          # the slip happened
+    with pytest.raises(ValueError, match="state array at a is float64"):
+        refopt.update_(rule, state, params, grads)
+
+
+def test_negative_control_the_same_state_from_a_fresh_rule_object_is_caught():
+    rule = _PromotingMomentum()
+    params, grads = {"a": np.ones(4, np.float32)}, {"a": np.ones(4, np.float32)}
+    params, state = refopt.update_(rule, refopt.init(rule, params), params, grads)
+    with pytest.raises(ValueError, match="state array at a is float64"):
+        refopt.update_(_PromotingMomentum(), state, params, grads)
