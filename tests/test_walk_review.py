@@ -257,3 +257,47 @@ def test_negative_control_the_same_state_from_a_fresh_rule_object_is_caught():
     params, state = refopt.update_(rule, refopt.init(rule, params), params, grads)
     with pytest.raises(ValueError, match="state array at a is float64"):
         refopt.update_(_PromotingMomentum(), state, params, grads)
+
+
+# --- state arrays shared between leaves --------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG: update_ accepts one per-leaf state object at two paths (state arrays "
+                   "sharing memory; only params are checked for aliasing). The new walk steps both leaves in one "
+                   "parallel StepMany call, so two threads write the same m and v: results differ from run to run "
+                   "(seen 6 runs of 3 steps, two leaves of 40000). The walk before issue 9 updated it twice, "
+                   "deterministically; and update (copies) differs from update_. Expected: ValueError as for params")
+def test_state_arrays_shared_between_leaves_are_refused_by_update_():
+    rule = refopt.Adam(lr=1e-2)
+    n = 40000                                     # each below the packing threshold, together above it
+    params = {"a": np.linspace(-1.0, 1.0, n), "b": np.linspace(1.0, -1.0, n)}
+    state = refopt.init(rule, params)
+    state = refopt.OptState(state.t, state.glob, {"a": state.leaves["a"], "b": state.leaves["a"]})
+    grads = {"a": np.full(n, 0.1), "b": np.linspace(-0.3, 0.3, n)}
+    with pytest.raises(ValueError, match="share memory"):
+        refopt.update_(rule, state, params, grads)
+
+
+def test_negative_control_params_sharing_memory_are_refused_by_update_():
+    rule = refopt.Adam(lr=1e-2)
+    w = np.linspace(-1.0, 1.0, 8)
+    params = {"a": w[:5], "b": w[3:]}
+    state = refopt.init(rule, params)
+    with pytest.raises(ValueError, match="share memory"):
+        refopt.update_(rule, state, params, {"a": np.ones(5), "b": np.ones(5)})
+
+
+# --- 0-d leaves under ClipByGlobalNorm -----------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG (also before issue 9): ClipByGlobalNorm.prepare returns g * factor, a "
+                   "numpy scalar, not an array, for a 0-d leaf; any per-leaf kernel then raises 'kernel: g is "
+                   "float64, expected float64 of 1 elements' (direction, EMA(ClipByGlobalNorm(...)); plain "
+                   "update only works now because the packing concatenates scalars)")
+@pytest.mark.parametrize("how", ["direction", "ema_update"])
+def test_clip_by_global_norm_with_a_0d_leaf(how):
+    clip = refopt.ClipByGlobalNorm(refopt.Adam(lr=1e-2), max_norm=0.5)
+    rule = clip if how == "direction" else refopt.EMA(clip, decay=0.9)
+    params = {"a": np.asarray(1.0), "b": np.ones(3)}
+    grads = {"a": np.asarray(2.0), "b": np.ones(3)}             # global norm 2.65 > 0.5: clipped
+    state = refopt.init(rule, params)
+    out, _ = (refopt.direction if how == "direction" else refopt.update)(rule, state, params, grads)
+    assert out["a"].shape == ()
