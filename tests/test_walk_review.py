@@ -8,6 +8,7 @@ bug named in the reason; the walk before issue 9 (commit 457cfe7) passes them al
 from __future__ import annotations
 
 import gc
+import threading
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -301,3 +302,50 @@ def test_clip_by_global_norm_with_a_0d_leaf(how):
     state = refopt.init(rule, params)
     out, _ = (refopt.direction if how == "direction" else refopt.update)(rule, state, params, grads)
     assert out["a"].shape == ()
+
+
+# --- the pure API from two threads ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _MeetingAdam(refopt.Adam):
+    """Adam whose whole-tree pre-pass (the documented ``prepare`` hook) waits until two calls reach it: a
+    deterministic stand-in for two threads being scheduled in the middle of a step."""
+
+    def prepare(self, ctx, ss, xs, gs, paths):
+        try:
+            _MEETING.wait(timeout=5)
+        except threading.BrokenBarrierError:      # a walk that serializes its calls is fine too
+            pass
+        return gs
+
+
+_MEETING = threading.Barrier(2)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: the pure update is not thread-safe: two threads stepping the same "
+                   "(state, params) with different gradients share the walk's packed gradient buffer "
+                   "(Walk.layout_cache['pack'] of the remembered _Walked), so one thread steps with the other's "
+                   "gradients (seen without the barrier too: 31 wrong results of 300 under sys.setswitchinterval(1e-6))")
+def test_pure_update_from_two_threads_on_the_same_inputs():
+    rule = _MeetingAdam(lr=1e-2)
+    rng = np.random.default_rng(0)
+    params = {f"k{i}": rng.standard_normal(50) for i in range(4)}
+    state = refopt.init(rule, params)
+    grads = [{k: rng.standard_normal(50) for k in params} for _ in range(2)]
+    _MEETING.reset()
+    threading.Thread(target=_MEETING.wait, kwargs={"timeout": 5}).start()
+    params, state = refopt.update_(rule, state, params, grads[0])     # a training step: the walk caches these
+    expected = [refopt.update(refopt.Adam(lr=1e-2), state, params, g)[0] for g in grads]
+    got = [None, None]
+
+    def step(j):
+        got[j] = refopt.update(rule, state, params, grads[j])[0]
+
+    threads = [threading.Thread(target=step, args=(j,)) for j in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for j in range(2):
+        for k in params:
+            assert np.array_equal(got[j][k], expected[j][k]), (j, k)
