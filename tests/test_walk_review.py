@@ -349,3 +349,35 @@ def test_pure_update_from_two_threads_on_the_same_inputs():
     for j in range(2):
         for k in params:
             assert np.array_equal(got[j][k], expected[j][k]), (j, k)
+
+
+# --- a rule's prepare hook returning gradients of another dtype or size -----------------------------------------
+
+@dataclass(frozen=True)
+class _PromotingPrepare(refopt.Adam):
+    """A plugin author's slip in the whole-tree pre-pass: np.float64 * float32 array is float64 (NEP 50)."""
+
+    def prepare(self, ctx, ss, xs, gs, paths):
+        return [g * np.float64(0.5) for g in gs]
+
+
+@pytest.mark.xfail(strict=True, reason="BUG/regression: float64 gradients returned by prepare for a float32 leaf are "
+                   "silently cast to float32 when the walk refills its packed buffer (core._fill_pack: "
+                   "np.concatenate(out=buf) casts 'same_kind'); a large leaf raises instead, and so did every leaf "
+                   "before issue 9 ('kernel: g is float64 of 4 elements, expected float32 of 4 elements')")
+def test_prepare_returning_float64_for_a_float32_leaf_is_refused():
+    rule = _PromotingPrepare(lr=1e-2)
+    params = {"a": np.ones(4, np.float32)}
+    with pytest.raises(ValueError, match="float64"):
+        refopt.update_(rule, refopt.init(rule, params), params, {"a": np.ones(4, np.float32)})
+
+
+# --- paths named in messages -------------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG (minor): tree.treedef_paths caches the paths per treedef, and treedefs "
+                   "with keys 1, True and 1.0 compare equal, so after a tree keyed by 1 a tree keyed by True is "
+                   "named '[1]' in every message (before issue 9: '[True]')")
+def test_paths_of_trees_with_equal_comparing_keys():
+    from refopt import tree as T
+    assert T.flatten({1: np.ones(1)})[1] == ["[1]"]
+    assert T.flatten({True: np.ones(1)})[1] == ["[True]"]
