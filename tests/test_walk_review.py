@@ -381,3 +381,29 @@ def test_paths_of_trees_with_equal_comparing_keys():
     from refopt import tree as T
     assert T.flatten({1: np.ones(1)})[1] == ["[1]"]
     assert T.flatten({True: np.ones(1)})[1] == ["[True]"]
+
+
+# --- a user's subclass of a built-in rule overriding update_leaf ----------------------------------------------
+
+@dataclass(frozen=True)
+class _AdamFrozenVectors(refopt.Adam):
+    """Adam that leaves the 1-D arrays alone: a user's per-leaf override of the documented hook."""
+
+    def update_leaf(self, ctx, s, x, g, path):
+        if x.ndim == 1:
+            return x, s
+        return super().update_leaf(ctx, s, x, g, path)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG/regression: ElementwiseRule.update_leaves steps the small leaves with "
+                   "the compiled multi-leaf call and never calls update_leaf, so a subclass of Adam (or SGD, Lion, "
+                   "...) overriding update_leaf is silently ignored for leaves below PARALLEL_MIN_SIZE (and "
+                   "honoured for the large ones); before issue 9 every leaf went through update_leaf")
+@pytest.mark.parametrize("api", ["update_", "update"])
+def test_a_subclass_overriding_update_leaf_is_honoured_for_small_leaves(api):
+    rule = _AdamFrozenVectors(lr=1e-2)
+    params = {"w": np.ones((3, 3)), "b": np.ones(3)}
+    state = refopt.init(rule, params)
+    new, _ = getattr(refopt, api)(rule, state, params, {"w": np.ones((3, 3)), "b": np.ones(3)})
+    assert np.array_equal(new["b"], np.ones(3))
+    assert not np.array_equal(new["w"], np.ones((3, 3)))      # negative control: the matrix is stepped
