@@ -1,0 +1,409 @@
+"""Review of the fast tree walk (issue 9): what a demanding user can do between calls, and what must still hold.
+
+Each test states the guarantee the walk must keep (the project's rules: update_ refuses read-only or
+non-contiguous arrays with a ValueError, nothing is written before an error, the state is exactly what the
+rule makes for the params, the pure API returns states that pass validation, no memory held for a model the
+user dropped). The ones the walk at the time of the review breaks are marked ``xfail(strict=True)`` with the
+bug named in the reason; the walk before issue 9 (commit 457cfe7) passes them all."""
+from __future__ import annotations
+
+import gc
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+import refopt
+from refopt.core import Rule
+from refopt.kernels import PARALLEL_MIN_SIZE
+
+
+def _adam_tree(big=False):
+    params = {"a": np.linspace(-1.0, 1.0, 5), "b": np.linspace(0.5, 2.0, 6).reshape(2, 3)}
+    if big:
+        params["big"] = np.linspace(-1.0, 1.0, PARALLEL_MIN_SIZE + 3)
+    grads = {k: np.full(v.shape, 0.1) for k, v in params.items()}
+    return params, grads
+
+
+def _stepped(rule, params, grads):
+    """A state after one in-place step, so that the walk has cached this tree."""
+    state = refopt.init(rule, params)
+    params, state = refopt.update_(rule, state, params, grads)
+    return params, state
+
+
+def _snapshot(params, state):
+    return {k: v.copy() for k, v in params.items()}, {k: [a.copy() for a in s] for k, s in state.leaves.items()}
+
+
+def _unchanged(params, state, snap):
+    xs, ss = snap
+    return all(np.array_equal(params[k], xs[k]) for k in xs) and \
+        all(np.array_equal(a, b) for k in ss for a, b in zip(state.leaves[k], ss[k]))
+
+
+# --- arrays changed in place between two calls: still refused, before anything is written -----------------
+
+@pytest.mark.xfail(strict=True, reason="BUG: update_ writes into a state array made read-only after a cached "
+                   "step (the writability of state arrays is not rechecked on the fast path; StepMany keeps "
+                   "writable views made earlier)")
+def test_a_state_array_made_read_only_after_cached_steps_is_refused():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    params, state = _stepped(rule, params, grads)
+    state.leaves["a"].m.flags.writeable = False
+    snap = _snapshot(params, state)
+    with pytest.raises(ValueError, match="read-only"):
+        refopt.update_(rule, state, params, grads)
+    assert _unchanged(params, state, snap)
+
+
+def test_negative_control_a_state_array_read_only_from_the_start_is_refused():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    state = refopt.init(rule, params)
+    state.leaves["a"].m.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        refopt.update_(rule, state, params, grads)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: an error raised for a large leaf (its state array read-only) comes "
+                   "after the small leaves were already stepped in place: the error is not raised before "
+                   "anything is written (ElementwiseRule.update_leaves steps the packed groups first)")
+def test_an_error_on_a_large_leaf_writes_nothing_to_the_small_ones():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree(big=True)
+    params, state = _stepped(rule, params, grads)
+    state.leaves["big"].v.flags.writeable = False
+    snap = _snapshot(params, state)
+    with pytest.raises(ValueError):
+        refopt.update_(rule, state, params, grads)
+    assert _unchanged(params, state, snap)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a state array whose dtype is changed in place (v.dtype = float32) "
+                   "after a cached step is not caught; the cached StepMany writes float64 bits into what the "
+                   "user sees as float32 (garbage values, no error)")
+def test_a_state_array_retyped_in_place_is_caught():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    params, state = _stepped(rule, params, grads)
+    state.leaves["a"].v.dtype = np.float32        # 5 float64 -> 10 float32 over the same bytes
+    with pytest.raises(ValueError, match="state array at a"):
+        refopt.update_(rule, state, params, grads)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a state array reshaped in place ((2, 3) -> (3, 2)) after a cached "
+                   "step is accepted by update_, while the same state is refused by a fresh rule, by "
+                   "eval_params and by the walk before issue 9")
+def test_a_state_array_reshaped_in_place_is_caught():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    params, state = _stepped(rule, params, grads)
+    state.leaves["b"].m.shape = (3, 2)
+    with pytest.raises(ValueError, match="state array at b"):
+        refopt.update_(rule, state, params, grads)
+
+
+def test_negative_control_a_state_array_reshaped_before_any_step_is_caught():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    state = refopt.init(rule, params)
+    state.leaves["b"].m.shape = (3, 2)
+    with pytest.raises(ValueError, match="state array at b"):
+        refopt.update_(rule, state, params, grads)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a params leaf made non-contiguous in place (same shape, strides "
+                   "set to 0) after a cached step is not refused: the contiguity of params is only rechecked "
+                   "when one is read-only, and the cached flat view writes memory the array no longer shows")
+def test_a_params_leaf_made_non_contiguous_in_place_is_refused():
+    rule = refopt.SGD(lr=0.1)
+    params = {"a": np.arange(6.0)}
+    grads = {"a": np.ones(6)}
+    params, state = _stepped(rule, params, grads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")            # setting strides is deprecated, still allowed
+        params["a"].strides = (0,)
+    assert not params["a"].flags.c_contiguous
+    with pytest.raises(ValueError, match="C-contiguous"):
+        refopt.update_(rule, state, params, grads)
+
+
+# --- the pure update returns a state the rule would make ---------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG: pure update with SGD without momentum on small leaves that are all "
+                   "empty (shape (0, 3)) returns a state buffer of shape (0, 3) instead of (0,) "
+                   "(ElementwiseRule._step_copies splits a field as x when f.size == x.size, here 0 == 0); "
+                   "eval_params, checkpoints and any fresh rule then refuse the state")
+def test_pure_update_of_empty_leaves_returns_a_valid_state():
+    rule = refopt.SGD(lr=0.1)
+    params = {"a": np.zeros((0, 3))}
+    state = refopt.init(rule, params)
+    new_params, new_state = refopt.update(rule, state, params, {"a": np.zeros((0, 3))})
+    assert new_state.leaves["a"].b.shape == (0,)
+    refopt.eval_params(rule, new_state, new_params)           # validates the state in full
+
+
+# --- memory -----------------------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG/regression: the walk's cache (core._WALKED) keeps the params and "
+                   "state arrays of the last tree alive as long as the rule object lives, so a model dropped by "
+                   "the user (rule kept, e.g. a module-level constant) is never freed")
+def test_a_dropped_model_is_freed_while_the_rule_lives():
+    rule = refopt.Adam(lr=0.1)
+    params, grads = _adam_tree()
+    params, state = _stepped(rule, params, grads)
+    alive = [weakref.ref(params["a"]), weakref.ref(state.leaves["a"].m)]
+    del params, state, grads
+    gc.collect()
+    assert all(r() is None for r in alive)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: rules made fresh each step are never released: core._SPECS keeps "
+                   "each rule alive (up to 8192 entries), so its weakref.finalize never clears _WALKED, which keeps "
+                   "every step's params and state alive (memory grows with the steps)")
+def test_rules_made_fresh_each_step_do_not_keep_old_trees_alive():
+    params = {"a": np.ones(100)}
+    state = refopt.init(refopt.Adam(lr=0.1), params)
+    alive = []
+    for _ in range(20):
+        params, state = refopt.update(refopt.Adam(lr=0.1), state, params, {"a": np.ones(100)})
+        alive.append(weakref.ref(params["a"]))
+    gc.collect()
+    assert sum(r() is not None for r in alive[:-1]) == 0
+
+
+# --- ndarray subclasses ------------------------------------------------------------------------------------
+
+_MATRIX_SCRIPT = r"""
+import warnings
+import numpy as np
+import refopt
+warnings.simplefilter("ignore", PendingDeprecationWarning)
+rule, ref_rule = refopt.Adam(lr=0.1), refopt.Adam(lr=0.1)
+x0 = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+try:
+    params = {"a": np.matrix(x0)}
+    state = refopt.init(rule, params)
+    ref, ref_state = {"a": x0.copy()}, refopt.init(ref_rule, {"a": x0.copy()})
+    for t in range(1, 4):
+        g = np.linspace(0.1, 0.6, 6).reshape(2, 3) * t
+        params, state = refopt.update_(rule, state, params, {"a": g})
+        ref, ref_state = refopt.update_(ref_rule, ref_state, ref, {"a": g})
+        assert np.array_equal(np.asarray(params["a"]), ref["a"]), (t, params["a"], ref["a"])
+    new, _ = refopt.update(rule, state, params, {"a": g})
+except (TypeError, ValueError) as e:   # refusing np.matrix with a clear error is fine too
+    assert "matrix" in str(e) or "ndarray" in str(e), e
+print("done")
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (also before issue 9): np.matrix params are accepted, but the flat "
+                   "views of kernels._flat stay 2-D (matrix.reshape(-1) is (1, n)), so the compiled loop indexes "
+                   "rows past the end: wrong numbers after one update_, heap corruption (malloc abort) on the "
+                   "next; the pure update fails with an unrelated 'cannot copy from array of size 6 into an "
+                   "array of size 36'")
+def test_matrix_params_are_stepped_like_ndarrays_or_refused():
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-c", _MATRIX_SCRIPT], cwd=root, capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, PYTHONPATH=root))
+    assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]
+
+
+# --- a user-defined rule (only init_leaf and update_leaf) --------------------------------------------------
+
+class _MState(NamedTuple):
+    m: np.ndarray
+
+
+@dataclass(frozen=True)
+class _PromotingMomentum(Rule):
+    """A plugin author's slip: np.float64(0.1) * g promotes a float32 state to float64 (NEP 50), and the
+    rule returns a new state object holding it."""
+
+    def init_leaf(self, x, path):
+        return _MState(np.zeros_like(x))
+
+    def update_leaf(self, ctx, s, x, g, path):
+        m = 0.9 * s.m + np.float64(0.1) * g
+        x -= (0.1 * m).astype(x.dtype)
+        return x, _MState(m)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG/regression: a state made by the rule's own update_leaf is trusted "
+                   "at the next call (core._step remembers the returned objects as validated), so a user rule "
+                   "that turns its float32 state into float64 is no longer caught by update_; the update_ "
+                   "docstring says the state is checked when the state objects change")
+def test_a_state_of_the_wrong_dtype_returned_by_a_user_rule_is_caught_at_the_next_call():
+    rule = _PromotingMomentum()
+    params, grads = {"a": np.ones(4, np.float32)}, {"a": np.ones(4, np.float32)}
+    params, state = refopt.update_(rule, refopt.init(rule, params), params, grads)
+    assert state.leaves["a"].m.dtype == np.float64          # the slip happened
+    with pytest.raises(ValueError, match="state array at a is float64"):
+        refopt.update_(rule, state, params, grads)
+
+
+def test_negative_control_the_same_state_from_a_fresh_rule_object_is_caught():
+    rule = _PromotingMomentum()
+    params, grads = {"a": np.ones(4, np.float32)}, {"a": np.ones(4, np.float32)}
+    params, state = refopt.update_(rule, refopt.init(rule, params), params, grads)
+    with pytest.raises(ValueError, match="state array at a is float64"):
+        refopt.update_(_PromotingMomentum(), state, params, grads)
+
+
+# --- state arrays shared between leaves --------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG: update_ accepts one per-leaf state object at two paths (state arrays "
+                   "sharing memory; only params are checked for aliasing). The new walk steps both leaves in one "
+                   "parallel StepMany call, so two threads write the same m and v: results differ from run to run "
+                   "(seen 6 runs of 3 steps, two leaves of 40000). The walk before issue 9 updated it twice, "
+                   "deterministically; and update (copies) differs from update_. Expected: ValueError as for params")
+def test_state_arrays_shared_between_leaves_are_refused_by_update_():
+    rule = refopt.Adam(lr=1e-2)
+    n = 40000                                     # each below the packing threshold, together above it
+    params = {"a": np.linspace(-1.0, 1.0, n), "b": np.linspace(1.0, -1.0, n)}
+    state = refopt.init(rule, params)
+    state = refopt.OptState(state.t, state.glob, {"a": state.leaves["a"], "b": state.leaves["a"]})
+    grads = {"a": np.full(n, 0.1), "b": np.linspace(-0.3, 0.3, n)}
+    with pytest.raises(ValueError, match="share memory"):
+        refopt.update_(rule, state, params, grads)
+
+
+def test_negative_control_params_sharing_memory_are_refused_by_update_():
+    rule = refopt.Adam(lr=1e-2)
+    w = np.linspace(-1.0, 1.0, 8)
+    params = {"a": w[:5], "b": w[3:]}
+    state = refopt.init(rule, params)
+    with pytest.raises(ValueError, match="share memory"):
+        refopt.update_(rule, state, params, {"a": np.ones(5), "b": np.ones(5)})
+
+
+# --- 0-d leaves under ClipByGlobalNorm -----------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG (also before issue 9): ClipByGlobalNorm.prepare returns g * factor, a "
+                   "numpy scalar, not an array, for a 0-d leaf; any per-leaf kernel then raises 'kernel: g is "
+                   "float64, expected float64 of 1 elements' (direction, EMA(ClipByGlobalNorm(...)); plain "
+                   "update only works now because the packing concatenates scalars)")
+@pytest.mark.parametrize("how", ["direction", "ema_update"])
+def test_clip_by_global_norm_with_a_0d_leaf(how):
+    clip = refopt.ClipByGlobalNorm(refopt.Adam(lr=1e-2), max_norm=0.5)
+    rule = clip if how == "direction" else refopt.EMA(clip, decay=0.9)
+    params = {"a": np.asarray(1.0), "b": np.ones(3)}
+    grads = {"a": np.asarray(2.0), "b": np.ones(3)}             # global norm 2.65 > 0.5: clipped
+    state = refopt.init(rule, params)
+    out, _ = (refopt.direction if how == "direction" else refopt.update)(rule, state, params, grads)
+    assert out["a"].shape == ()
+
+
+# --- the pure API from two threads ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _MeetingAdam(refopt.Adam):
+    """Adam whose whole-tree pre-pass (the documented ``prepare`` hook) waits until two calls reach it: a
+    deterministic stand-in for two threads being scheduled in the middle of a step."""
+
+    def prepare(self, ctx, ss, xs, gs, paths):
+        try:
+            _MEETING.wait(timeout=5)
+        except threading.BrokenBarrierError:      # a walk that serializes its calls is fine too
+            pass
+        return gs
+
+
+_MEETING = threading.Barrier(2)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: the pure update is not thread-safe: two threads stepping the same "
+                   "(state, params) with different gradients share the walk's packed gradient buffer "
+                   "(Walk.layout_cache['pack'] of the remembered _Walked), so one thread steps with the other's "
+                   "gradients (seen without the barrier too: 31 wrong results of 300 under sys.setswitchinterval(1e-6))")
+def test_pure_update_from_two_threads_on_the_same_inputs():
+    rule = _MeetingAdam(lr=1e-2)
+    rng = np.random.default_rng(0)
+    params = {f"k{i}": rng.standard_normal(50) for i in range(4)}
+    state = refopt.init(rule, params)
+    grads = [{k: rng.standard_normal(50) for k in params} for _ in range(2)]
+    _MEETING.reset()
+    threading.Thread(target=_MEETING.wait, kwargs={"timeout": 5}).start()
+    params, state = refopt.update_(rule, state, params, grads[0])     # a training step: the walk caches these
+    expected = [refopt.update(refopt.Adam(lr=1e-2), state, params, g)[0] for g in grads]
+    got = [None, None]
+
+    def step(j):
+        got[j] = refopt.update(rule, state, params, grads[j])[0]
+
+    threads = [threading.Thread(target=step, args=(j,)) for j in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for j in range(2):
+        for k in params:
+            assert np.array_equal(got[j][k], expected[j][k]), (j, k)
+
+
+# --- a rule's prepare hook returning gradients of another dtype or size -----------------------------------------
+
+@dataclass(frozen=True)
+class _PromotingPrepare(refopt.Adam):
+    """A plugin author's slip in the whole-tree pre-pass: np.float64 * float32 array is float64 (NEP 50)."""
+
+    def prepare(self, ctx, ss, xs, gs, paths):
+        return [g * np.float64(0.5) for g in gs]
+
+
+@pytest.mark.xfail(strict=True, reason="BUG/regression: float64 gradients returned by prepare for a float32 leaf are "
+                   "silently cast to float32 when the walk refills its packed buffer (core._fill_pack: "
+                   "np.concatenate(out=buf) casts 'same_kind'); a large leaf raises instead, and so did every leaf "
+                   "before issue 9 ('kernel: g is float64 of 4 elements, expected float32 of 4 elements')")
+def test_prepare_returning_float64_for_a_float32_leaf_is_refused():
+    rule = _PromotingPrepare(lr=1e-2)
+    params = {"a": np.ones(4, np.float32)}
+    with pytest.raises(ValueError, match="float64"):
+        refopt.update_(rule, refopt.init(rule, params), params, {"a": np.ones(4, np.float32)})
+
+
+# --- paths named in messages -------------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="BUG (minor): tree.treedef_paths caches the paths per treedef, and treedefs "
+                   "with keys 1, True and 1.0 compare equal, so after a tree keyed by 1 a tree keyed by True is "
+                   "named '[1]' in every message (before issue 9: '[True]')")
+def test_paths_of_trees_with_equal_comparing_keys():
+    from refopt import tree as T
+    assert T.flatten({1: np.ones(1)})[1] == ["[1]"]
+    assert T.flatten({True: np.ones(1)})[1] == ["[True]"]
+
+
+# --- a user's subclass of a built-in rule overriding update_leaf ----------------------------------------------
+
+@dataclass(frozen=True)
+class _AdamFrozenVectors(refopt.Adam):
+    """Adam that leaves the 1-D arrays alone: a user's per-leaf override of the documented hook."""
+
+    def update_leaf(self, ctx, s, x, g, path):
+        if x.ndim == 1:
+            return x, s
+        return super().update_leaf(ctx, s, x, g, path)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG/regression: ElementwiseRule.update_leaves steps the small leaves with "
+                   "the compiled multi-leaf call and never calls update_leaf, so a subclass of Adam (or SGD, Lion, "
+                   "...) overriding update_leaf is silently ignored for leaves below PARALLEL_MIN_SIZE (and "
+                   "honoured for the large ones); before issue 9 every leaf went through update_leaf")
+@pytest.mark.parametrize("api", ["update_", "update"])
+def test_a_subclass_overriding_update_leaf_is_honoured_for_small_leaves(api):
+    rule = _AdamFrozenVectors(lr=1e-2)
+    params = {"w": np.ones((3, 3)), "b": np.ones(3)}
+    state = refopt.init(rule, params)
+    new, _ = getattr(refopt, api)(rule, state, params, {"w": np.ones((3, 3)), "b": np.ones(3)})
+    assert np.array_equal(new["b"], np.ones(3))
+    assert not np.array_equal(new["w"], np.ones((3, 3)))      # negative control: the matrix is stepped
