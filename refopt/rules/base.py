@@ -53,25 +53,33 @@ class ElementwiseRule(Rule):
 
     def update_leaves(self, casts, ss, xs, gs, paths, walk):
         """All leaves at once: the small ones (packed gradients, :class:`refopt.core.Walk`) in one compiled
-        call per dtype, over the caller's arrays in place (:meth:`Elementwise.many`, kept in the walk's
-        cache) or, for the pure update, over fresh flat copies of params and state whose slices become the
-        new leaves; the large ones one by one (:meth:`update_leaf`). Same arithmetic, same bits."""
-        groups, big = self._plan(xs, walk)
+        call per dtype, over the caller's arrays in place (:meth:`Elementwise.many`, prepared on the second
+        call with the same arrays and kept in the walk's cache; the first runs them one by one) or, for the
+        pure update, over fresh flat copies of params and state whose slices become the new leaves; the
+        large ones one by one (:meth:`update_leaf`). Same arithmetic, same bits. A subclass overriding
+        :meth:`update_leaf` or :meth:`kernel_state` gets the leaf-by-leaf walk of :class:`Rule`."""
+        if overrides(self, ElementwiseRule, "update_leaf", "kernel_state"):
+            return Rule.update_leaves(self, casts, ss, xs, gs, paths, walk)
+        groups, big = self._plan(walk)
         out_x, out_s = list(xs), list(ss)
         kernel = self.kernel()
-        for key, (buf, idx, starts) in groups.items():
+        for gi, (idx, starts) in enumerate(groups):
+            buf = walk.packed[idx[0]][0]
             c = casts[buf.dtype]
-            if walk.inplace:
-                many = walk.cache.get(("many", key)) if walk.cache is not None else None
-                if many is None:
-                    ks = [self.kernel_state(ss[k]) for k in idx]
-                    many = kernel.many([xs[k] for k in idx], buf, starts,
-                                       None if all(len(s) == 0 for s in ks) else ks)
-                    if walk.cache is not None:
-                        walk.cache[("many", key)] = many
-                many(c)
-            else:
+            if not walk.inplace:
                 self._step_copies(kernel, c, buf, idx, starts, ss, xs, gs, out_x, out_s)
+                continue
+            many = walk.cache.get(("many", gi)) if walk.cache is not None else None
+            if many is None and walk.cache is not None and walk.cache.get(("seen", gi)):
+                many = walk.cache[("many", gi)] = kernel.many(
+                    [xs[k] for k in idx], buf, starts, [self.kernel_state(ss[k]) for k in idx])
+            if many is not None and many.g is buf:
+                many(c)
+            else:   # the first call with these arrays: leaf by leaf
+                for k, o in zip(idx, starts.tolist()):
+                    kernel.step(xs[k], buf[o:o + xs[k].size], self.kernel_state(ss[k]), c)
+                if walk.cache is not None:
+                    walk.cache[("seen", gi)] = True
         for k in big:
             x, s = xs[k], ss[k]
             if not walk.inplace:
@@ -80,8 +88,8 @@ class ElementwiseRule(Rule):
         return out_x, out_s
 
     @staticmethod
-    def _plan(xs, walk):
-        """({id(buffer): (buffer, leaf indices, starts)}, indices of the unpacked leaves), cached."""
+    def _plan(walk):
+        """([(leaf indices, starts)] per packed buffer, indices of the unpacked leaves), cached per layout."""
         plan = walk.layout_cache.get("plan")
         if plan is None:
             groups, big = {}, []
@@ -89,11 +97,11 @@ class ElementwiseRule(Rule):
                 if pk is None:
                     big.append(k)
                 else:
-                    entry = groups.setdefault(id(pk[0]), (pk[0], [], []))
-                    entry[1].append(k)
-                    entry[2].append(pk[1])
+                    entry = groups.setdefault(id(pk[0]), ([], []))
+                    entry[0].append(k)
+                    entry[1].append(pk[1])
             plan = walk.layout_cache["plan"] = (
-                {key: (b, idx, np.array(st, dtype=np.int64)) for key, (b, idx, st) in groups.items()}, big)
+                [(idx, np.array(st, dtype=np.int64)) for idx, st in groups.values()], big)
         return plan
 
     def _step_copies(self, kernel, c, buf, idx, starts, ss, xs, gs, out_x, out_s):
@@ -114,12 +122,19 @@ class ElementwiseRule(Rule):
         new_x = _split(x, spans, shapes)
         parts = []
         for j, f in enumerate(fields):
-            if f.size == x.size:      # a field shaped like x (validated state)
+            if all(ss[k][j].shape == shp for k, shp in zip(idx, shapes)):   # a field shaped like x
                 parts.append(_split(f, spans, shapes))
             else:                     # e.g. SGD's empty buffer without momentum
                 parts.append([np.array(ss[k][j], copy=True) for k in idx])
         for k, nx, ns in zip(idx, new_x, map(State, *parts) if parts else [State()] * len(idx)):
             out_x[k], out_s[k] = nx, ns
+
+
+def overrides(rule: Rule, cls: type, *hooks: str) -> bool:
+    """True when ``rule``'s class redefines one of ``hooks`` of ``cls`` (a user subclass changing the per-leaf
+    step: the batched ``update_leaves`` of ``cls`` must then not bypass it)."""
+    t = type(rule)
+    return any(getattr(t, h) is not getattr(cls, h) for h in hooks)
 
 
 def rewrap(s: Any, base_state: Any) -> Any:

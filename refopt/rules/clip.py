@@ -6,11 +6,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from refopt.core import cast_scalar
+import numpy as np
+
+from refopt.core import Rule, cast_scalar
 from refopt.kernels import check_grads, square_bound
 from refopt.linalg.norms import fro_norm
 from refopt.rules import _checks
-from refopt.rules.base import Wrapper, rewrap
+from refopt.rules.base import Wrapper, overrides, rewrap
 
 
 class ClipState(NamedTuple):
@@ -77,7 +79,8 @@ class ClipByGlobalNorm(Wrapper):
         denom = norm + float(self.eps)
         c = 1.0 if denom == 0.0 else min(1.0, float(self.max_norm) / denom)
         if c < 1.0:
-            gs = [g * cast_scalar(c, g.dtype, "ClipByGlobalNorm factor max_norm / (N + eps)") for g in gs]
+            gs = [np.multiply(g, cast_scalar(c, g.dtype, "ClipByGlobalNorm factor max_norm / (N + eps)"),
+                              out=np.empty(g.shape, g.dtype)) for g in gs]   # arrays, 0-d ones too
         sb = [s.base for s in ss]
         bounds = [square_bound(g.dtype) if self.base.squares_grads(s) else math.inf for g, s in zip(gs, sb)]
         if any(min(norm, self.max_norm) >= b for b in bounds):
@@ -90,6 +93,8 @@ class ClipByGlobalNorm(Wrapper):
 
     def update_leaves(self, casts, ss, xs, gs, paths, walk):
         """The base rule's ``update_leaves`` on the gradients clipped by :meth:`prepare`."""
+        if overrides(self, ClipByGlobalNorm, "update_leaf"):
+            return Rule.update_leaves(self, casts, ss, xs, gs, paths, walk)
         nx, ns = self.base.update_leaves({dt: c.base for dt, c in casts.items()}, [s.base for s in ss], xs, gs,
                                          paths, walk)
         return nx, [rewrap(s, b) for s, b in zip(ss, ns)]

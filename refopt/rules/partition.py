@@ -20,6 +20,7 @@ import numpy as np
 
 from refopt import tree as T
 from refopt.core import Rule
+from refopt.rules.base import overrides
 
 
 class RefoptWarning(UserWarning):
@@ -156,6 +157,8 @@ class Partition(Rule):
     def update_leaves(self, casts, ss, xs, gs, paths, walk):
         """Each label's leaves handed to its rule's ``update_leaves`` together (so that an elementwise rule
         steps its small leaves in one call); the same arithmetic as :meth:`update_leaf`."""
+        if overrides(self, Partition, "update_leaf"):
+            return Rule.update_leaves(self, casts, ss, xs, gs, paths, walk)
         groups = walk.layout_cache.get("labels")
         if groups is None:
             groups = {}
