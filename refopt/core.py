@@ -56,6 +56,7 @@ anything is written; :func:`update_` on a read-only or non-contiguous array rais
 """
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import weakref
@@ -313,10 +314,10 @@ class _Walked:
 
     def __init__(self, td, paths, xs, ss, layout=None, layout_cache=None):
         self.td, self.paths, self.xs, self.ss = td, paths, xs, ss
-        self.layout = [(x.shape, x.dtype) for x in xs] if layout is None else layout
+        self.layout = _layout_of(xs) if layout is None else layout
         # the state arrays (the NamedTuples holding them are immutable, so these are the arrays of any
         # state objects identical to ss) and their layouts, which in-place assignments can change
-        self.arrays = [a for s in ss for a in T.leaves(s) if isinstance(a, np.ndarray)]
+        self.arrays = _state_arrays(ss)
         self.arrays_layout = _layout_of(self.arrays)
         self.cache: dict = {}                  # tied to these objects
         self.layout_cache: dict = {} if layout_cache is None else layout_cache   # to their layout only
@@ -337,6 +338,17 @@ def _remember(rule: Rule, walked: _Walked) -> None:
     _WALKED[key] = walked
 
 
+def _state_arrays(ss: list) -> list:
+    """The arrays of the per-leaf states ``ss``, in order."""
+    ndarray, out = np.ndarray, []
+    for s in ss:
+        if all(type(a) is ndarray for a in s):    # a flat NamedTuple of arrays (the common case)
+            out.extend(s)
+        else:
+            out.extend(a for a in T.leaves(s) if isinstance(a, np.ndarray))
+    return out
+
+
 def _trusted(rule: Rule) -> bool:
     """True when ``rule`` and every rule nested in it are refopt's own classes (not user subclasses), whose
     steps return states of the right layout by construction (tests/test_walk.py)."""
@@ -354,16 +366,21 @@ def _check_prepared(rule: Rule, new_gs: list, gs: list, xs: list, paths: list[st
                              f"{x.dtype} {x.shape}")
 
 
-def _layout_of(arrays: list) -> list:
-    """[(shape, dtype)] of the ndarrays ``arrays``."""
-    return [(a.shape, a.dtype) for a in arrays]
+_SHAPE, _DTYPE, _CARRAY = (operator.attrgetter(a) for a in ("shape", "dtype", "flags.carray"))
 
 
-def _same_layout(arrays: list, layout: list) -> bool:
-    """True when ``arrays`` are exact ndarrays of the shapes and dtypes of ``layout`` (no list is built)."""
-    ndarray = np.ndarray
-    return len(arrays) == len(layout) and all(
-        type(a) is ndarray and a.shape == shape and a.dtype == dtype for a, (shape, dtype) in zip(arrays, layout))
+def _layout_of(arrays: list) -> tuple[list, list]:
+    """(shapes, dtypes) of the ndarrays ``arrays``."""
+    return list(map(_SHAPE, arrays)), list(map(_DTYPE, arrays))
+
+
+def _same_layout(arrays: list, layout: tuple[list, list]) -> bool:
+    """True when ``arrays`` are exact ndarrays of the shapes and dtypes of ``layout`` (compared element by
+    element in C, no list built)."""
+    shapes, dtypes = layout
+    return (len(arrays) == len(shapes) and all(map(operator.is_, map(type, arrays), itertools.repeat(np.ndarray)))
+            and all(map(operator.eq, map(_SHAPE, arrays), shapes))
+            and all(map(operator.eq, map(_DTYPE, arrays), dtypes)))
 
 
 def _pairs(rule: Rule, state: OptState, params: Any, grads: Any):
@@ -445,17 +462,26 @@ class _Pack(NamedTuple):
     packed: list      # per leaf: (buffer, offset) or None
 
 
-def _pack_layout(xs: list) -> _Pack:
-    """The packing of the gradients of the leaves below :data:`PARALLEL_MIN_SIZE` elements, per dtype."""
+def _pack_layout(xs: list) -> list:
+    """The packing of the gradients of the leaves below :data:`PARALLEL_MIN_SIZE` elements, per dtype:
+    [(dtype, leaf indices, their starts, total size)]."""
     by_dtype: dict = {}
     for k, x in enumerate(xs):
         if x.size < PARALLEL_MIN_SIZE:
             by_dtype.setdefault(x.dtype, []).append(k)
-    groups, packed = [], [None] * len(xs)
+    layout = []
     for dt, idx in by_dtype.items():
-        sizes = np.array([xs[k].size for k in idx], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        buf = np.empty(int(sizes.sum()), dt)
+        sizes = [xs[k].size for k in idx]
+        starts = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+        layout.append((dt, idx, starts, int(sum(sizes))))
+    return layout
+
+
+def _new_pack(layout: list, n: int) -> _Pack:
+    """Buffers for the packing ``layout`` of ``n`` leaves."""
+    groups, packed = [], [None] * n
+    for dt, idx, starts, size in layout:
+        buf = np.empty(size, dt)
         for k, o in zip(idx, starts.tolist()):
             packed[k] = (buf, o)
         groups.append((dt, idx, starts, buf))
@@ -486,8 +512,7 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
     if inplace:
         # flags can change in place between calls (x.flags.writeable = False), so they are read every call
-        if w.cache.get("writable") is not True or not (all(x.flags.carray for x in xs)
-                                                       and all(a.flags.carray for a in w.arrays)):
+        if w.cache.get("writable") is not True or not (all(map(_CARRAY, xs)) and all(map(_CARRAY, w.arrays))):
             _check_writable(xs, ss, paths)
             _check_no_aliasing(xs, ss, paths)
             w.cache["writable"] = True
@@ -496,11 +521,15 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     name = type(rule).__name__
     casts = {dt: cast_context(ctx, dt, name) for dt in {x.dtype for x in xs}}
     lc = w.layout_cache
-    pack = lc.get("pack")
-    if pack is None:
-        pack = lc["pack"] = _pack_layout(xs)
-    if not inplace:   # the pure update may run in several threads on the same inputs: buffers of its own
-        pack = _pack_layout(xs)
+    layout = lc.get("pack_layout")
+    if layout is None:
+        layout = lc["pack_layout"] = _pack_layout(xs)
+    if inplace:       # buffers reused from call to call
+        pack = w.cache.get("pack")
+        if pack is None:
+            pack = w.cache["pack"] = _new_pack(layout, len(xs))
+    else:             # the pure update may run in several threads on the same inputs: buffers of its own
+        pack = _new_pack(layout, len(xs))
     _fill_pack(pack, gs)
     if check:
         bounds = lc.get("bounds")

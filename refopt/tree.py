@@ -101,7 +101,15 @@ def flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None,
             return _LEAF
         if type(node) is dict:
             keys = _sorted_keys(node)
-            return TreeDef("dict", tuple(keys), tuple([build(node[k]) for k in keys]))
+            kids = []
+            for k in keys:
+                child = node[k]
+                if type(child) is ndarray and is_leaf is None:   # the common leaf, without a call
+                    append(child)
+                    kids.append(_LEAF)
+                else:
+                    kids.append(build(child))
+            return TreeDef("dict", tuple(keys), tuple(kids))
         kind, meta, items = _children(node)
         if kind == "leaf":
             append(node)
@@ -272,10 +280,16 @@ def flatten_up_to(treedef: TreeDef, tree: Any, name: str = "state") -> list:
             except (KeyError, TypeError):
                 raise _Mismatch from None
             for c, child in zip(d.children, kids):
-                walk(c, child)
+                if c is _LEAF:
+                    append(child)
+                else:
+                    walk(c, child)
         elif kind == "list" and type(node) is list and len(node) == len(d.children):
             for c, child in zip(d.children, node):
-                walk(c, child)
+                if c is _LEAF:
+                    append(child)
+                else:
+                    walk(c, child)
         elif kind == "none" and node is None:
             pass
         else:  # tuples, NamedTuples, subclasses: the general comparison
