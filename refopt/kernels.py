@@ -309,6 +309,50 @@ def count_bad(a: np.ndarray, bound: float = np.inf) -> int:
     return int((_count_bad_parallel if flat.size >= PARALLEL_MIN_SIZE else _count_bad)(flat, b))
 
 
+@numba.njit(cache=True)
+def _count_bad_chunks_serial_body(ptrs, which, lo, hi, bounds, like, counts, j):
+    a = _at(ptrs[which[j]] + lo[j] * like.itemsize, hi[j] - lo[j], like)
+    counts[j] = _count_bad(a, bounds[which[j]])
+
+
+def _count_bad_chunks(ptrs, which, lo, hi, bounds, like):
+    counts = np.zeros(lo.size, np.int64)
+    for j in numba.prange(lo.size):
+        _count_bad_chunks_serial_body(ptrs, which, lo, hi, bounds, like, counts, np.int64(j))
+    return counts
+
+
+_COUNT_CHUNKS = (numba.njit(cache=True)(_count_bad_chunks),
+                 numba.njit(cache=True, parallel=True)(_twin(_count_bad_chunks, "_count_bad_chunks_parallel")))
+
+
+def count_bad_many(arrays: list, bounds: list) -> list[int]:
+    """[count_bad(a, b) for a, b in zip(arrays, bounds)] for floating arrays of one dtype, in one compiled
+    call: the arrays are cut into chunks of :data:`COUNT_CHUNK` elements, counted on numba's threads when
+    they hold at least :data:`PARALLEL_MIN_SIZE` elements together (one parallel region for the whole tree,
+    not one per array)."""
+    if not arrays:
+        return []
+    dtype = arrays[0].dtype
+    flats = [a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1) for a in arrays]
+    if any(f.dtype != dtype for f in flats):
+        raise ValueError("count_bad_many: the arrays must share one dtype")
+    sizes = np.array([f.size for f in flats], dtype=np.int64)
+    per = (sizes + COUNT_CHUNK - 1) // COUNT_CHUNK
+    which = np.repeat(np.arange(len(flats), dtype=np.int64), per)
+    first = np.repeat(np.cumsum(per) - per, per)
+    lo = (np.arange(which.size, dtype=np.int64) - first) * COUNT_CHUNK
+    hi = np.minimum(lo + COUNT_CHUNK, sizes[which])
+    ptrs = np.array([f.ctypes.data for f in flats], dtype=np.int64)
+    b = np.array(bounds, dtype=dtype)
+    serial, parallel = _COUNT_CHUNKS
+    counts = (parallel if sizes.sum() >= PARALLEL_MIN_SIZE and which.size > 1 else serial)(
+        ptrs, which, lo, hi, b, flats[0][:0], )
+    out = np.zeros(len(flats), np.int64)
+    np.add.at(out, which, counts)
+    return out.tolist()
+
+
 def all_finite(a: np.ndarray) -> bool:
     """True when every element of the floating array ``a`` is finite (no nan, no inf)."""
     return count_bad(a) == 0
