@@ -13,6 +13,8 @@ Cases (the targets of issue 9):
 * ``many``: Adam on 1000 leaves of 100 float32: ``update_`` and the pure ``update`` against torch's fused
   and foreach Adam;
 * ``one``: Adam ``update_`` on one leaf of 10M float32 (check on and off) against torch fused Adam;
+* ``rss``: the peak RSS that in-place AdamW steps on the GPT-2-small shapes add (run first, in a process
+  that has not yet made the torch copies);
 * ``muon``: ``Partition`` (Muon on the 48 hidden matrices, AdamW on the rest) on the GPT-2-small shapes
   against ``torch.optim.Muon`` + ``torch.optim.AdamW(fused=True)``; torch's Newton-Schulz runs in bfloat16,
   refopt's in float32 (the params' dtype), so this compares different arithmetic.
@@ -165,9 +167,28 @@ def case_muon(repeats):
            run(cases, repeats), "torch Muon (bf16 NS) + AdamW fused")
 
 
+def case_rss(repeats):
+    """Peak RSS added by update_ steps (after init and a warm-up step) on the GPT-2-small shapes: the
+    elementwise rules' in-place step allocates nothing proportional to the params."""
+    import resource
+
+    params, grads = make_tree(gpt2_shapes())
+    rule = refopt.AdamW(lr=1e-3, weight_decay=0.1)
+    state = refopt.init(rule, params)
+    params, state = refopt.update_(rule, state, params, grads)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    for _ in range(max(3, repeats)):
+        params, state = refopt.update_(rule, state, params, grads)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    nbytes = sum(v.nbytes for v in params.values()) / 2**20
+    print(f"\npeak RSS, AdamW update_ on the GPT-2-small shapes (params {nbytes:.0f} MiB, state {2 * nbytes:.0f} "
+          f"MiB, grads {nbytes:.0f} MiB): {before:.0f} MiB after the first step, {after:.0f} MiB after "
+          f"{max(3, repeats)} more (+{after - before:.1f} MiB)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", choices=["gpt2", "many", "one", "muon", "all"], default="all")
+    ap.add_argument("--case", choices=["gpt2", "many", "one", "muon", "rss", "all"], default="all")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS)
     args = ap.parse_args()
@@ -176,7 +197,7 @@ def main():
     numba.set_num_threads(args.threads)
     print(f"threads: numba {numba.get_num_threads()}, torch {torch.get_num_threads()}; torch {torch.__version__}, "
           f"numba {numba.__version__}, numpy {np.__version__}; {os.cpu_count()} cores")
-    for name in (["many", "one", "gpt2", "muon"] if args.case == "all" else [args.case]):
+    for name in (["rss", "many", "one", "gpt2", "muon"] if args.case == "all" else [args.case]):
         globals()[f"case_{name}"](args.repeats if name != "muon" else max(3, args.repeats // 3))
 
 
