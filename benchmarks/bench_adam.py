@@ -19,7 +19,8 @@ arrays, while Adam writes only arrays it has just read.
 
 On a busy machine (more runnable threads than cores) every parallel region waits for its worker threads
 to be scheduled, which adds milliseconds per kernel call; the min over the rounds is then the better
-figure, and many-leaf trees suffer most (one parallel region per leaf).
+figure, and trees of many large leaves suffer most (one parallel region per large leaf; the small leaves
+share one, :meth:`refopt.kernels.Elementwise.many`). ``benchmarks/bench_walk.py`` times whole trees.
 """
 from __future__ import annotations
 
