@@ -147,6 +147,15 @@ def test_swiglu_extreme_gates_are_finite():
     assert np.all(np.isfinite(h)) and h[0, 0] == 0 and h[0, 4] == 1e4
 
 
+def test_rms_norm_zero_row_eps0_is_nan_not_an_exception():
+    """IEEE division in the kernels (error_model='numpy'): eps = 0 and an all-zero row give the documented
+    NaN (0 * inf), the other rows their exact values; numba's default error model raised ZeroDivisionError."""
+    x = np.array([[0.0, 0.0, 0.0], [3.0, 4.0, 0.0]], np.float32)
+    y = ag.rms_norm(x, np.ones(3, np.float32), eps=0.0)
+    assert np.isnan(y[0]).all()
+    np.testing.assert_array_equal(y[1], (x[1] * (1 / np.sqrt(25.0 / 3))).astype(np.float32))  # r in float64
+
+
 def test_linear_concat_fd_and_value():
     r = np.random.default_rng(5)
     p = {"x": r.standard_normal((2, 3, 4)), "w1": r.standard_normal((4, 2)), "w2": r.standard_normal((4, 5))}
