@@ -21,7 +21,8 @@ The config is passed explicitly to every function; params hold arrays only.
 
 Two implementations of one model: ``fused=True`` (default) packs [W_q | W_k | W_v] and [W_gate | W_up] into
 single GEMMs and runs RMSNorm, attention (QK-norm included), the feed-forward activation, the output
-projections with their residual adds, the cross-entropy and the embedding's scatter-add as fused primitives (numba kernels, BLAS for the products);
+projections with their residual adds, the cross-entropy and the embedding's scatter-add as fused
+primitives (numba kernels, BLAS for the products);
 ``fused=False`` is the reference, composed from elementary primitives (matmul, mean, power, softmax,
 silu, log_softmax, getitem ...). tests/test_fused.py holds them equal (float64 1e-12, float32 1e-5).
 """
