@@ -10,11 +10,13 @@ by ``refopt.update_`` with ``refopt.AdamW``; torch's is ``loss.backward()`` and 
 Usage (torch must be installed: ``pip install torch==2.13.0``)::
 
     PYTHONPATH=. python benchmarks/bench_gpt_step.py [--steps 20] [--threads 2] [--n-embd 256 --n-layer 6]
-        [--repeats 3]
+        [--repeats 3] [--malloc default]
 
 Prints ms/step (median over --steps after 3 warm-up steps) for both and the ratio refopt / torch; with
 --repeats R, the two alternate R times in one process and the medians of the per-repeat medians are
-reported. Also prints the load average before and after. Not a test; numbers depend on the machine and
+reported. Also prints the load average before and after. The process reuses freed heap pages as
+``refopt train`` does (``refopt.cli._memory.keep_freed_memory``, for both libraries alike);
+``--malloc default`` keeps glibc's defaults instead. Not a test; numbers depend on the machine and
 on its load.
 """
 from __future__ import annotations
@@ -33,6 +35,8 @@ def main():
     ap.add_argument("--n-embd", type=int, default=128)
     ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=1, help="alternate refopt and torch this many times")
+    ap.add_argument("--malloc", default="keep", choices=["keep", "default"],
+                    help="keep: reuse freed heap pages, as refopt train does (both libraries); default: glibc's")
     a = ap.parse_args()
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[var] = str(a.threads)
@@ -46,6 +50,10 @@ def main():
     from refopt.autograd import value_and_grad
 
     torch.set_num_threads(a.threads)
+    if a.malloc == "keep":
+        from refopt.cli._memory import keep_freed_memory
+
+        keep_freed_memory()
     print(f"load average before: {os.getloadavg()}")
     cfg = gpt.GPTConfig(vocab_size=a.vocab, n_embd=a.n_embd, n_layer=a.n_layer)
     params = gpt.init(cfg, 0, np.float32)
@@ -128,7 +136,7 @@ def main():
           f"ratio {np.median(cpu_np) / np.median(cpu_t):.2f}")
     print(f"config: {cfg}")
     print(f"first loss: refopt {first_np:.6f}  torch {first_t:.6f}  (rel diff {abs(first_np - first_t) / first_t:.1e})")
-    print(f"threads {a.threads}, batch {a.batch}, {a.steps} timed steps (median), {a.repeats} repeats")
+    print(f"malloc {a.malloc}, threads {a.threads}, batch {a.batch}, {a.steps} timed steps (median), {a.repeats} repeats")
     print(f"refopt (numpy autograd + refopt.AdamW update_): {ms_np:8.1f} ms/step")
     print(f"torch {torch.__version__} eager + torch.optim.AdamW: {ms_t:8.1f} ms/step")
     print(f"ratio refopt / torch: {ms_np / ms_t:.2f}")

@@ -14,7 +14,7 @@ Usage (torch must be installed: ``pip install torch==2.13.0``)::
 
 Prints the validation losses, the final one, and the wall time of the run (training, evaluations and
 sampling; imports and data loading excluded, as in ``refopt train``'s "N steps in S s" line, which
-also excludes them). Not a test; the time depends on the machine and its load.
+also excludes them). Freed heap pages are reused as in ``refopt train`` unless ``--malloc default``. Not a test; the time depends on the machine and its load.
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--malloc", default="keep", choices=["keep", "default"],
+                    help="keep: reuse freed heap pages, as refopt train does; default: glibc's settings")
     a = ap.parse_args()
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(a.threads)
@@ -42,6 +44,10 @@ def main():
     from refopt.cli import train
 
     torch.set_num_threads(a.threads)
+    if a.malloc == "keep":   # the same allocator settings as refopt train (refopt.cli._memory)
+        from refopt.cli._memory import keep_freed_memory
+
+        keep_freed_memory()
     p = argparse.ArgumentParser()
     train.add_arguments(p)
     args = p.parse_args(["--optimizer", "adamw", "--seed", str(a.seed)]
@@ -104,7 +110,7 @@ def main():
     print(f"sample: {task.vocab.decode(out[0].numpy())[:120]!r}...")
     print(f"load average after: {os.getloadavg()}")
     print(f"torch {torch.__version__} eager AdamW: val_loss={final:.4f}; {steps} steps in {seconds:.1f} s "
-          f"({1000 * seconds / steps:.1f} ms/step), threads {a.threads}")
+          f"({1000 * seconds / steps:.1f} ms/step), threads {a.threads}, malloc {a.malloc}")
 
 
 if __name__ == "__main__":

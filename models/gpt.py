@@ -20,8 +20,9 @@ Parameter names (layout x @ W, W of shape (fan_in, fan_out)):
 The config is passed explicitly to every function; params hold arrays only.
 
 Two implementations of one model: ``fused=True`` (default) packs [W_q | W_k | W_v] and [W_gate | W_up] into
-single GEMMs and runs RMSNorm, attention (QK-norm included), the feed-forward activation, the
-cross-entropy and the embedding's scatter-add as fused primitives (numba kernels, BLAS for the products);
+single GEMMs and runs RMSNorm, attention (QK-norm included), the feed-forward activation, the output
+projections with their residual adds, the cross-entropy and the embedding's scatter-add as fused
+primitives (numba kernels, BLAS for the products);
 ``fused=False`` is the reference, composed from elementary primitives (matmul, mean, power, softmax,
 silu, log_softmax, getitem ...). tests/test_fused.py holds them equal (float64 1e-12, float32 1e-5).
 """
@@ -195,21 +196,22 @@ def linear(x, w):
     return ag.matmul(x, w)
 
 
-def _attention(p: dict, h, config: GPTConfig):
-    """The fused attention sublayer: one GEMM for [W_q | W_k | W_v], the fused causal attention kernel
-    (QK-norm inside it), then W_o."""
+def _attention(x, p: dict, h, config: GPTConfig):
+    """x + the fused attention sublayer of h: one GEMM for [W_q | W_k | W_v], the fused causal attention
+    kernel (QK-norm inside it), then W_o with the residual add (``residual_linear``)."""
     qkv = ag.linear_concat(h, [p["w_q"], p["w_k"], p["w_v"]])                # (B, T, 3C)
     gains = (p.get("q_norm"), p.get("k_norm")) if config.qk_norm else (None, None)
     y = ag.self_attention(qkv, config.n_head, *gains, qk_norm=config.qk_norm, eps=config.norm_eps)
-    return linear(y, p["w_o"])
+    return ag.residual_linear(x, y, p["w_o"])
 
 
-def _ffn(p: dict, h, config: GPTConfig):
-    """The fused feed-forward sublayer: one GEMM for [W_gate | W_up] (GLU kinds), the fused activation,
-    then W_down."""
+def _ffn(x, p: dict, h, config: GPTConfig):
+    """x + the fused feed-forward sublayer of h: one GEMM for [W_gate | W_up] (GLU kinds), the fused
+    activation, then W_down with the residual add."""
     if config.ffn == "gelu":
-        return linear(ag.ffn_activation(linear(h, p["w_up"]), "gelu"), p["w_down"])
-    return linear(ag.ffn_activation(ag.linear_concat(h, [p["w_gate"], p["w_up"]]), config.ffn), p["w_down"])
+        return ag.residual_linear(x, ag.ffn_activation(linear(h, p["w_up"]), "gelu"), p["w_down"])
+    a = ag.ffn_activation(ag.linear_concat(h, [p["w_gate"], p["w_up"]]), config.ffn)
+    return ag.residual_linear(x, a, p["w_down"])
 
 
 # ---- the unfused reference: the same model composed from elementary primitives ---------------------
@@ -219,7 +221,7 @@ def _rms_norm_reference(x, gain, eps):
     return y if gain is None else y * gain
 
 
-def _attention_reference(p: dict, h, config: GPTConfig):
+def _attention_reference(x, p: dict, h, config: GPTConfig):
     B, T, C = h.shape
     H, hs = config.n_head, config.head_size
 
@@ -234,14 +236,14 @@ def _attention_reference(p: dict, h, config: GPTConfig):
     mask = np.where(np.triu(np.ones((T, T), bool), 1), -np.inf, 0.0).astype(dt)  # -inf selects j > i out
     S = (q @ k.transpose(0, 1, 3, 2)) * dt.type(1 / np.sqrt(hs)) + mask
     y = ag.softmax(S, axis=-1) @ v                                         # (B, H, T, hs)
-    return linear(y.transpose(0, 2, 1, 3).reshape(B, T, C), p["w_o"])
+    return x + linear(y.transpose(0, 2, 1, 3).reshape(B, T, C), p["w_o"])
 
 
-def _ffn_reference(p: dict, h, config: GPTConfig):
+def _ffn_reference(x, p: dict, h, config: GPTConfig):
     if config.ffn == "gelu":
-        return linear(ag.gelu(linear(h, p["w_up"])), p["w_down"])
+        return x + linear(ag.gelu(linear(h, p["w_up"])), p["w_down"])
     act = ag.silu if config.ffn == "swiglu" else ag.relu
-    return linear(act(linear(h, p["w_gate"])) * linear(h, p["w_up"]), p["w_down"])
+    return x + linear(act(linear(h, p["w_gate"])) * linear(h, p["w_up"]), p["w_down"])
 
 
 def apply(params: dict, idx, config: GPTConfig, *, fused: bool = True, check: bool = True):
@@ -266,8 +268,8 @@ def apply(params: dict, idx, config: GPTConfig, *, fused: bool = True, check: bo
     emb = ag.embedding(params["wte"], idx) if fused else params["wte"][idx]
     x = emb + params["wpe"][:T]                                             # (B, T, C)
     for blk in params["blocks"]:
-        x = x + attn(blk["attn"], norm(x, blk["attn_norm"], eps), config)
-        x = x + ffn(blk["mlp"], norm(x, blk["mlp_norm"], eps), config)
+        x = attn(x, blk["attn"], norm(x, blk["attn_norm"], eps), config)       # x + Attn(RMSNorm(x))
+        x = ffn(x, blk["mlp"], norm(x, blk["mlp_norm"], eps), config)          # x + FFN(RMSNorm(x))
     x = norm(x, params["final_norm"], eps)
     head = params["wte"].T if config.tie_head else params["lm_head"]
     return linear(x, head)                                                  # (B, T, V)

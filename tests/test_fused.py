@@ -147,12 +147,47 @@ def test_swiglu_extreme_gates_are_finite():
     assert np.all(np.isfinite(h)) and h[0, 0] == 0 and h[0, 4] == 1e4
 
 
+def test_rms_norm_zero_row_eps0_is_nan_not_an_exception():
+    """IEEE division in the kernels (error_model='numpy'): eps = 0 and an all-zero row give the documented
+    NaN (0 * inf), the other rows their exact values; numba's default error model raised ZeroDivisionError."""
+    x = np.array([[0.0, 0.0, 0.0], [3.0, 4.0, 0.0]], np.float32)
+    y = ag.rms_norm(x, np.ones(3, np.float32), eps=0.0)
+    assert np.isnan(y[0]).all()
+    np.testing.assert_array_equal(y[1], (x[1] * (1 / np.sqrt(25.0 / 3))).astype(np.float32))  # r in float64
+
+
 def test_linear_concat_fd_and_value():
     r = np.random.default_rng(5)
     p = {"x": r.standard_normal((2, 3, 4)), "w1": r.standard_normal((4, 2)), "w2": r.standard_normal((4, 5))}
     op = lambda x, w1, w2: ag.linear_concat(x, [w1, w2])  # noqa: E731
     assert check_grads(contract(op), p, seed=3) <= 1e-6
     np.testing.assert_array_equal(op(**p), np.concatenate([p["x"] @ p["w1"], p["x"] @ p["w2"]], axis=-1))
+
+
+def test_residual_linear_fd_value_and_no_mutation():
+    r = np.random.default_rng(6)
+    p = {"x": r.standard_normal((2, 3, 5)), "h": r.standard_normal((2, 3, 4)), "w": r.standard_normal((4, 5))}
+    before = {k: v.copy() for k, v in p.items()}
+    assert check_grads(contract(ag.residual_linear), p, seed=4) <= 1e-6
+    np.testing.assert_array_equal(ag.residual_linear(**p), p["x"] + (p["h"].reshape(6, 4) @ p["w"]).reshape(2, 3, 5))
+    for k in p:
+        np.testing.assert_array_equal(p[k], before[k])
+    f32 = {k: v.astype(np.float32) for k, v in p.items()}
+    assert ag.residual_linear(**f32).dtype == np.float32
+
+
+def test_negative_control_wrong_residual_vjp(monkeypatch):
+    """A residual_linear whose VJP drops the residual path (dx = 0): the comparison must catch it."""
+    cfg = tiny()
+    real = ag.residual_linear
+
+    def wrong(x, h, w):
+        out = real(x, h, w)
+        return ag.Node(out.value, out.parents, lambda g: (np.zeros_like(g),) + tuple(out.vjp(g)[1:]))
+
+    monkeypatch.setattr(ag, "residual_linear", wrong)
+    _, errs = fused_vs_reference(cfg, np.float64)
+    assert max(errs.values()) > 1e-3
 
 
 # ---- determinism, dtypes, no mutation ------------------------------------------------------------------
@@ -242,5 +277,9 @@ def test_errors():
         ag.ffn_activation(z, "relu")
     with pytest.raises(ValueError, match="even"):
         ag.ffn_activation(np.zeros((2, 5)), "swiglu")
+    with pytest.raises(ValueError, match="residual_linear"):
+        ag.residual_linear(np.zeros((2, 5)), np.zeros((2, 4)), np.zeros((4, 6)))
+    with pytest.raises(ValueError, match="residual_linear"):
+        ag.residual_linear(np.zeros((2, 5), np.float32), np.zeros((2, 4)), np.zeros((4, 5)))
     with pytest.raises(ValueError, match="linear_concat"):
         ag.linear_concat(np.zeros((2, 4)), [np.zeros((4, 2)), np.zeros((3, 2))])

@@ -7,8 +7,8 @@ arrays too, so models written with them need no tracing to evaluate. See ``core`
 """
 from .check import check_grad_fn, check_grads, check_grads_per_leaf
 from .core import Node, grad, is_node, unbroadcast, value, value_and_grad
-from .nn import (attention, cross_entropy, embedding, ffn_activation, linear_concat, log_softmax, rms_norm,
-                 self_attention, softmax, swiglu)
+from .nn import (attention, cross_entropy, embedding, ffn_activation, linear_concat, log_softmax,
+                 residual_linear, rms_norm, self_attention, softmax, swiglu)
 from .ops import (abs, add, clip, div, exp, expm1, gelu, getitem, log, log1p, matmul, maximum, mean, minimum,
                   mul, neg, power, relu, reshape, sigmoid, silu, sqrt, square, sub, sum, tanh, transpose, where)
 
@@ -19,5 +19,5 @@ __all__ = [
     "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "silu", "gelu",
     "abs", "log1p", "expm1", "square", "where", "maximum", "minimum", "clip",
     "softmax", "log_softmax", "cross_entropy", "rms_norm", "embedding", "attention", "swiglu",
-    "linear_concat", "self_attention", "ffn_activation",
+    "linear_concat", "self_attention", "ffn_activation", "residual_linear",
 ]

@@ -1,6 +1,7 @@
 """Fused primitives for networks: softmax, log_softmax, cross_entropy, rms_norm, embedding, attention, swiglu,
 and the GPT's model-level ones: linear_concat (packed q/k/v and gate/up GEMMs), self_attention (causal
-multi-head attention of a packed qkv, QK-norm inside), ffn_activation (SwiGLU / ReGLU / GELU).
+multi-head attention of a packed qkv, QK-norm inside), ffn_activation (SwiGLU / ReGLU / GELU),
+residual_linear (x + h @ w: an output projection and its residual add).
 
 Each is one primitive with a hand-written VJP, faster and more stable than
 composing the pointwise ops, and each has its own finite-difference test; the model-level ones are also
@@ -69,6 +70,7 @@ def cross_entropy(logits, targets, ignore_index: int | None = None):
     VJP (llm.c ``crossentropy_softmax_backward``): g * (softmax(z) - onehot(t)) / N on valid rows, 0 on
     ignored rows.
 
+    exp runs in NumPy (SIMD), the float64 row sums in a numba kernel.
     Shapes: logits (..., V) floating, targets (...) integer. Returns a 0-d array (or node) of logits'
     dtype.
     Raises: ValueError for mismatched shapes, non-integer targets, a target outside [0, V) that is not
@@ -90,18 +92,25 @@ def cross_entropy(logits, targets, ignore_index: int | None = None):
         raise ValueError("cross_entropy: every target equals ignore_index; the mean is undefined")
     z2 = np.ascontiguousarray(z2)
     dt = z.dtype.type
-    m = np.empty(len(t1), z.dtype)
     lse, per_row = np.empty(len(t1), np.float64), np.empty(len(t1), np.float64)
     t_safe = np.where(valid, t1, 0).astype(np.int64)
-    _kernels._xent_fwd(z2, t_safe, valid, m, lse, per_row)   # fused, row-parallel; sums in float64
+    m = np.max(z2, axis=1)
+    e = z2 - m[:, None]
+    np.exp(e, out=e)                                          # NumPy's SIMD exp
+    _kernels._xent_rows(e, z2, t_safe, valid, m, lse, per_row)   # row sums in float64, in index order
+    del e
     loss = np.asarray(np.sum(per_row) / n, dtype=z.dtype)
     if not isinstance(logits, Node):
         return loss
 
     def vjp(g):
-        d = np.empty_like(z2)
-        shift = (m + lse).astype(z.dtype)
-        _kernels._xent_bwd(z2, t_safe, valid, shift, dt(g) / dt(n), d)
+        d = z2 - (m + lse).astype(z.dtype)[:, None]           # z - m - lse in z's dtype
+        np.exp(d, out=d)                                      # softmax(z)
+        scale = dt(g) / dt(n)
+        d *= scale
+        rows = np.nonzero(valid)[0]
+        d[rows, t_safe[rows]] -= scale
+        d[~valid] = 0
         return (d.reshape(z.shape),)
 
     return Node(loss, (logits,), vjp)
@@ -257,6 +266,37 @@ def linear_concat(x, weights):
         return (dx, *(d if isinstance(w, Node) else None for d, w in zip(dws, weights)))
 
     return Node(out, (x, *weights), vjp)
+
+
+def residual_linear(x, h, w):
+    """The residual branch's output projection and the residual add, one primitive: x + h @ w.
+
+    The sum is written into the GEMM's fresh output (no second (..., C) array, no separate add node).
+    Shapes: x (..., N), h (..., K) with the same leading axes, w (K, N); one dtype. VJP: dx = g (the
+    residual path: the same array, as :func:`refopt.autograd.add` passes it), dh = g w^T, dw = h^T g (one
+    GEMM each over all leading axes). Raises ValueError for mismatched shapes or dtypes.
+    """
+    xv, hv, wv = (a.value if isinstance(a, Node) else np.asarray(a) for a in (x, h, w))
+    if wv.ndim != 2 or hv.shape[-1] != wv.shape[0] or xv.shape != hv.shape[:-1] + (wv.shape[1],) \
+            or not xv.dtype == hv.dtype == wv.dtype:
+        raise ValueError(f"residual_linear: need x (..., N), h (..., K), w (K, N) of one dtype; got x {xv.shape} "
+                         f"{xv.dtype}, h {hv.shape} {hv.dtype}, w {wv.shape} {wv.dtype}")
+    K, N = wv.shape
+    h2 = hv.reshape(-1, K)
+    out = h2 @ wv
+    out += xv.reshape(-1, N)
+    out = out.reshape(xv.shape)
+    traced = [isinstance(a, Node) for a in (x, h, w)]
+    if not any(traced):
+        return out
+
+    def vjp(g):
+        g2 = g.reshape(-1, N)
+        dh = (g2 @ wv.T).reshape(hv.shape) if traced[1] else None
+        dw = h2.T @ g2 if traced[2] else None
+        return (g if traced[0] else None), dh, dw
+
+    return Node(out, (x, h, w), vjp)
 
 
 def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = False, eps: float = 1e-6):

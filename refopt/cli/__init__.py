@@ -76,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     args.explicit_options = explicit_options(argv)
+    if args.command in ("train", "compare"):   # training loops: reuse freed heap pages (refopt.cli._memory)
+        from refopt.cli._memory import keep_freed_memory
+
+        keep_freed_memory()
     try:
         return COMMANDS[args.command].run(args) or 0
     except USER_ERRORS as e:
