@@ -66,7 +66,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refopt import tree as T
-from refopt.kernels import PARALLEL_MIN_SIZE, check_grads, count_bad_many, square_bound
+from refopt.kernels import PARALLEL_MIN_SIZE, check_grads, any_bad_many, square_bound
 
 
 class OptState(NamedTuple):
@@ -496,7 +496,7 @@ def _fill_pack(pack: _Pack, gs: list) -> None:
 def _check_packed(rule: Rule, pack: _Pack, xs: list, gs: list, ss: list, paths: list[str], bounds: list) -> None:
     """The gradient check (:func:`refopt.kernels.check_grads`) in one compiled pass per dtype over the packed
     buffers (each with its group's smallest bound) and the large leaves
-    (:func:`refopt.kernels.count_bad_many`); the leaf is named by the per-leaf check, run only when that
+    (:func:`refopt.kernels.any_bad_many`); the leaf is named by the per-leaf check, run only when that
     pass finds something."""
     name = type(rule).__name__
     arrays: dict = {}
@@ -506,9 +506,9 @@ def _check_packed(rule: Rule, pack: _Pack, xs: list, gs: list, ss: list, paths: 
         if pk is None:
             arrays.setdefault(gs[k].dtype, []).append((gs[k], bounds[k], [k]))
     for items in arrays.values():
-        counts = count_bad_many([a for a, _, _ in items], [b for _, b, _ in items])
-        for n, (_, _, idx) in zip(counts, items):
-            if n:
+        bad = any_bad_many([a for a, _, _ in items], [b for _, b, _ in items])
+        for found, (_, _, idx) in zip(bad, items):
+            if found:
                 check_grads([gs[k] for k in idx], [paths[k] for k in idx], [bounds[k] for k in idx],
                             [name] * len(idx))
 

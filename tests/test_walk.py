@@ -369,20 +369,22 @@ def test_in_place_step_allocates_nothing_proportional_to_the_params(layout):
     assert _peak_bytes(lambda: refopt.update(pure, pbox[1], pbox[0], grads)) >= 3 * nbytes
 
 
-def test_count_bad_many_matches_count_bad_across_chunk_boundaries():
-    """The whole-tree check counts in chunks of COUNT_CHUNK elements (one compiled call): bad elements at
-    both sides of a chunk boundary, in empty and tiny arrays and with per-array bounds, are all counted."""
-    from refopt.kernels import COUNT_CHUNK, count_bad, count_bad_many
+def test_any_bad_many_matches_count_bad_across_chunk_boundaries():
+    """The whole-tree check reads in chunks of COUNT_CHUNK elements (one compiled call): bad elements at
+    both sides of a chunk boundary, in empty and tiny arrays and with per-array bounds, are all found."""
+    from refopt.kernels import COUNT_CHUNK, any_bad_many, count_bad
 
     rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal(n).astype(np.float32) for n in (0, 1, 5, COUNT_CHUNK, COUNT_CHUNK + 1, 3 * COUNT_CHUNK + 7)]
+    sizes = (0, 1, 5, COUNT_CHUNK, COUNT_CHUNK + 1, 3 * COUNT_CHUNK + 7, 3 * COUNT_CHUNK + 7, 2 * COUNT_CHUNK)
+    arrays = [rng.standard_normal(n).astype(np.float32) for n in sizes]
     arrays[3][COUNT_CHUNK - 1] = np.nan
     arrays[4][COUNT_CHUNK] = np.inf
-    arrays[5][::997] = 1e20
-    arrays[5][2 * COUNT_CHUNK] = -np.inf
-    bounds = [np.inf, np.inf, 1.0, np.inf, np.inf, 1e19]
-    want = [count_bad(a, b) for a, b in zip(arrays, bounds)]
-    assert count_bad_many(arrays, bounds) == want
-    assert want[3] == 1 and want[4] == 1 and want[2] == sum(abs(arrays[2]) >= 1.0)
-    # negative control: without the last chunk's elements the count differs
-    assert count_bad_many([arrays[5][:2 * COUNT_CHUNK]], [1e19]) != [want[5]]
+    arrays[5][3 * COUNT_CHUNK + 6] = -1e20          # the last element of the last, partial chunk
+    arrays[6][2 * COUNT_CHUNK] = -np.inf
+    bounds = [np.inf, np.inf, 1.0, np.inf, np.inf, 1e19, np.inf, 1e19]
+    want = [count_bad(a, b) > 0 for a, b in zip(arrays, bounds)]
+    assert any_bad_many(arrays, bounds) == want
+    assert want[3:7] == [True, True, True, True] and want[7] is False and want[0] is False
+    assert want[2] == bool((abs(arrays[2]) >= 1.0).any())
+    # negative control: without its last element the array is clean
+    assert any_bad_many([arrays[5][:-1]], [1e19]) == [False]
