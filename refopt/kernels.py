@@ -284,9 +284,9 @@ def _count_bad(a, bound):
     return bad
 
 
-#: elements per work item of the parallel check (1 MB of float32): each is counted by the vectorized serial
+#: elements per work item of the parallel check (4 MB of float32): each is counted by the vectorized serial
 #: loop (a reduction written directly in a parallel loop is not vectorized by numba)
-COUNT_CHUNK = 1 << 18
+COUNT_CHUNK = 1 << 20
 
 
 @numba.njit(cache=True, parallel=True)
@@ -311,10 +311,18 @@ def count_bad(a: np.ndarray, bound: float = np.inf) -> int:
 
 @numba.njit(cache=True)
 def _any_bad(a, bound):
-    # an AND over the whole array, branch-free and without an early exit, so that LLVM vectorizes it: about
-    # twice the rate of the count (its int64 sum) on a memory-bound pass
-    ok = True
-    for i in range(a.size):
+    # an AND over the array, branch-free and without an early exit, so that LLVM vectorizes it (about twice
+    # the rate of the count's int64 sum), over four quarters at once: four read streams per thread keep more
+    # loads in flight on a memory-bound pass
+    q = a.size // 4
+    ok0 = ok1 = ok2 = ok3 = True
+    for i in range(q):
+        ok0 &= abs(a[i]) < bound
+        ok1 &= abs(a[q + i]) < bound
+        ok2 &= abs(a[2 * q + i]) < bound
+        ok3 &= abs(a[3 * q + i]) < bound
+    ok = ok0 & ok1 & ok2 & ok3
+    for i in range(4 * q, a.size):
         ok &= abs(a[i]) < bound
     return not ok
 

@@ -388,3 +388,11 @@ def test_any_bad_many_matches_count_bad_across_chunk_boundaries():
     assert want[2] == bool((abs(arrays[2]) >= 1.0).any())
     # negative control: without its last element the array is clean
     assert any_bad_many([arrays[5][:-1]], [1e19]) == [False]
+    # the kernel reads each chunk as four quarters and a tail: a bad element at any of their edges is found
+    for n in (3, 7, 4097, 1001):
+        q = n // 4
+        for i in sorted({0, q - 1, q, 2 * q - 1, 2 * q, 3 * q - 1, 3 * q, 4 * q - 1, n - 1} - {-1}):
+            a = np.zeros(n, np.float64)
+            a[i] = np.nan
+            assert any_bad_many([a], [np.inf]) == [True], (n, i)
+        assert any_bad_many([np.zeros(n)], [np.inf]) == [False]
