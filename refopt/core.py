@@ -231,7 +231,20 @@ def cast_context(ctx: Any, dtype, name: str) -> Any:
 
 # --- validation -----------------------------------------------------------------------------------
 
-#: id(rule) -> {(path, dtype, shape): (treedef, leaves)}; an entry leaves with its rule (weakref.finalize)
+def _set_per_rule(table: dict, rule: Rule, value: Any) -> None:
+    """``table[id(rule)] = value`` for as long as ``rule`` lives (the entry leaves with it, by
+    weakref.finalize, so the table never keeps a rule alive and an id is never reused while cached); a rule
+    class without weak references gets no entry."""
+    key = id(rule)
+    if key not in table:
+        try:
+            weakref.finalize(rule, table.pop, key, None)
+        except TypeError:
+            return
+    table[key] = value
+
+
+#: id(rule) -> {(path, dtype, shape): (treedef, leaves)}
 _SPECS: dict = {}
 
 
@@ -241,11 +254,7 @@ def _spec(rule: Rule, x: np.ndarray, path: str):
     specs = _SPECS.get(id(rule))
     if specs is None:
         specs = {}
-        try:
-            weakref.finalize(rule, _SPECS.pop, id(rule), None)
-            _SPECS[id(rule)] = specs
-        except TypeError:   # a rule class without weak references: nothing is cached for it
-            pass
+        _set_per_rule(_SPECS, rule, specs)
     key = (path, x.dtype.str, x.shape)
     hit = specs.get(key)
     if hit is None:
@@ -323,19 +332,8 @@ class _Walked:
         self.layout_cache: dict = {} if layout_cache is None else layout_cache   # to their layout only
 
 
-#: id(rule) -> _Walked; an entry leaves with its rule (weakref.finalize), so it keeps at most one tree
-#: per live rule object alive
+#: id(rule) -> _Walked (:func:`_set_per_rule`): at most one tree per live rule object is kept alive
 _WALKED: dict[int, _Walked] = {}
-
-
-def _remember(rule: Rule, walked: _Walked) -> None:
-    key = id(rule)
-    if key not in _WALKED:
-        try:
-            weakref.finalize(rule, _WALKED.pop, key, None)
-        except TypeError:   # a rule class without weak references: nothing is cached for it
-            return
-    _WALKED[key] = walked
 
 
 def _state_arrays(ss: list) -> list:
@@ -349,12 +347,15 @@ def _state_arrays(ss: list) -> list:
     return out
 
 
-def _trusted(rule: Rule) -> bool:
+def _trusted(rule: Rule, lc: dict) -> bool:
     """True when ``rule`` and every rule nested in it are refopt's own classes (not user subclasses), whose
-    steps return states of the right layout by construction (tests/test_walk.py)."""
-    from refopt.serialize import nested_rules
+    steps return states of the right layout by construction (tests/test_walk.py); cached in ``lc``."""
+    trusted = lc.get("trusted")
+    if trusted is None:
+        from refopt.serialize import nested_rules
 
-    return all(type(r).__module__.startswith("refopt.") for r in (rule, *nested_rules(rule)))
+        trusted = lc["trusted"] = all(type(r).__module__.startswith("refopt.") for r in (rule, *nested_rules(rule)))
+    return trusted
 
 
 def _check_prepared(rule: Rule, new_gs: list, gs: list, xs: list, paths: list[str]) -> None:
@@ -493,7 +494,7 @@ def _fill_pack(pack: _Pack, gs: list) -> None:
         np.concatenate([gs[k] for k in idx], axis=None, out=buf)
 
 
-def _check_packed(rule: Rule, pack: _Pack, xs: list, gs: list, ss: list, paths: list[str], bounds: list) -> None:
+def _check_packed(rule: Rule, pack: _Pack, gs: list, paths: list[str], bounds: list) -> None:
     """The gradient check (:func:`refopt.kernels.check_grads`) in one compiled pass per dtype over the packed
     buffers (each with its group's smallest bound) and the large leaves
     (:func:`refopt.kernels.any_bad_many`); the leaf is named by the per-leaf check, run only when that
@@ -513,6 +514,24 @@ def _check_packed(rule: Rule, pack: _Pack, xs: list, gs: list, ss: list, paths: 
                             [name] * len(idx))
 
 
+def _context(rule: Rule, state: OptState, xs: list):
+    """Items 2-3 of the step: (t, ctx, new glob, {dtype: ctx cast to it})."""
+    t = state.t + 1
+    ctx, glob = rule.context(t, state.glob)
+    name = type(rule).__name__
+    return t, ctx, glob, {dt: cast_context(ctx, dt, name) for dt in {x.dtype for x in xs}}
+
+
+def _bounds(rule: Rule, lc: dict, xs: list, ss: list) -> list:
+    """Per leaf, the |g| the check accepts (:func:`refopt.kernels.square_bound` for second-moment rules),
+    cached in the layout cache ``lc``."""
+    bounds = lc.get("bounds")
+    if bounds is None:
+        sb = {dt: square_bound(dt) for dt in {x.dtype for x in xs}}
+        bounds = lc["bounds"] = [sb[x.dtype] if rule.squares_grads(s) else math.inf for x, s in zip(xs, ss)]
+    return bounds
+
+
 def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, info: dict | None,
           check: bool = True):
     """The step shared by update and update_ (module docstring, items 1-6). Nothing is written before the
@@ -524,10 +543,7 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
             _check_writable(xs, ss, paths)
             _check_no_aliasing(xs, ss, paths)
             w.cache["writable"] = True
-    t = state.t + 1
-    ctx, glob = rule.context(t, state.glob)
-    name = type(rule).__name__
-    casts = {dt: cast_context(ctx, dt, name) for dt in {x.dtype for x in xs}}
+    t, ctx, glob, casts = _context(rule, state, xs)
     lc = w.layout_cache
     layout = lc.get("pack_layout")
     if layout is None:
@@ -540,11 +556,7 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
         pack = _new_pack(layout, len(xs))
     _fill_pack(pack, gs)
     if check:
-        bounds = lc.get("bounds")
-        if bounds is None:
-            sb = {dt: square_bound(dt) for dt in casts}
-            bounds = lc["bounds"] = [sb[x.dtype] if rule.squares_grads(s) else math.inf for x, s in zip(xs, ss)]
-        _check_packed(rule, pack, xs, gs, ss, paths, bounds)
+        _check_packed(rule, pack, gs, paths, _bounds(rule, lc, xs, ss))
     new_gs = rule.prepare(ctx, ss, xs, gs, paths)
     if any(map(operator.is_not, new_gs, gs)):
         _check_prepared(rule, new_gs, gs, xs, paths)
@@ -558,12 +570,12 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     same_x = inplace and all(map(operator.is_, out_x, xs))
     same_s = inplace and all(map(operator.is_, out_s, ss))
     if same_x and same_s:
-        _remember(rule, w)
-    elif _trusted(rule):   # refopt's own rules make valid states: the next call is checked against them
-        _remember(rule, _Walked(td, paths, out_x, out_s, w.layout, w.layout_cache))
+        _set_per_rule(_WALKED, rule, w)
+    elif _trusted(rule, lc):   # refopt's own rules make valid states: the next call is checked against them
+        _set_per_rule(_WALKED, rule, _Walked(td, paths, out_x, out_s, w.layout, lc))
     else:                  # a state made by a user's rule is validated when it comes back
         _WALKED.pop(id(rule), None)
-    new_params = params if same_x and not isinstance(params, np.ndarray) else T.unflatten(td, out_x)
+    new_params = params if same_x else T.unflatten(td, out_x)
     new_leaves = state.leaves if same_s else T.unflatten(td, out_s)
     return new_params, OptState(t, glob, new_leaves)
 
@@ -617,13 +629,9 @@ def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any
 
     Raises: as :func:`update`, and ``NotImplementedError`` for rules that are not of that form
     (Hyperball, Average, EMA, Schedule-Free, Partition)."""
-    xs, gs, ss, paths, td, _ = _pairs(rule, state, params, grads)
-    t = state.t + 1
-    ctx, glob = rule.context(t, state.glob)
-    name = type(rule).__name__
-    casts = {dt: cast_context(ctx, dt, name) for dt in {x.dtype for x in xs}}
-    bounds = [square_bound(x.dtype) if rule.squares_grads(s) else math.inf for x, s in zip(xs, ss)]
-    check_grads(gs, paths, bounds, [name] * len(gs))
+    xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
+    t, ctx, glob, casts = _context(rule, state, xs)
+    check_grads(gs, paths, _bounds(rule, w.layout_cache, xs, ss), [type(rule).__name__] * len(gs))
     gs = rule.prepare(ctx, ss, xs, gs, paths)
     out, new_s = [], []
     for x, g, s, p in zip(xs, gs, ss, paths):

@@ -294,8 +294,7 @@ def flatten_up_to(treedef: TreeDef, tree: Any, name: str = "state") -> list:
             pass
         else:  # tuples, NamedTuples, subclasses: the general comparison
             k2, meta, items = _children(node)
-            if k2 != kind or (kind == "namedtuple" and meta is not d.meta) or len(items) != len(d.children) \
-                    or (kind == "dict" and meta != d.meta):
+            if not _matches(d, k2, meta, items):
                 raise _Mismatch
             for (_, child), c in zip(items, d.children):
                 walk(c, child)
@@ -311,17 +310,19 @@ class _Mismatch(Exception):
     pass
 
 
+def _matches(d: TreeDef, kind: str, meta: Any, items: list) -> bool:
+    """Whether a container node (as :func:`_children` reads it) has the container of ``d``."""
+    return kind == d.kind and (kind != "namedtuple" or meta is d.meta) and len(items) == len(d.children) \
+        and (kind != "dict" or meta == d.meta)
+
+
 def _raise_mismatch(treedef: TreeDef, tree: Any, name: str) -> None:
     """The error of :func:`flatten_up_to`: the first path where ``tree`` lacks ``treedef``'s containers."""
     def walk(d: TreeDef, node: Any, path: str) -> None:
         if d.kind == "leaf":
             return
         kind, meta, items = _children(node)
-        if kind == "dict":
-            meta = tuple(_sorted_keys(node))
-            items = [(k, node[k]) for k in meta]
-        if kind != d.kind or (kind == "namedtuple" and meta is not d.meta) or len(items) != len(d.children) \
-                or (kind == "dict" and meta != d.meta):
+        if not _matches(d, kind, meta, items):
             raise ValueError(f"{name} tree does not match params at {path.lstrip('.') or ROOT}: "
                              f"expected {d}, got {type(node).__name__}")
         for (key, child), cd in zip(items, d.children):

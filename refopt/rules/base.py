@@ -80,11 +80,11 @@ class ElementwiseRule(Rule):
                     kernel.step(xs[k], buf[o:o + xs[k].size], self.kernel_state(ss[k]), c)
                 if walk.cache is not None:
                     walk.cache[("seen", gi)] = True
-        for k in big:
-            x, s = xs[k], ss[k]
-            if not walk.inplace:
-                x, s = np.array(x, order="C", copy=True), type(s)(*(np.array(a, copy=True) for a in s))
-            out_x[k], out_s[k] = self.update_leaf(casts[x.dtype], s, x, gs[k], paths[k])
+        if big:   # one by one, as the default walk
+            bx, bs = Rule.update_leaves(self, casts, [ss[k] for k in big], [xs[k] for k in big],
+                                        [gs[k] for k in big], [paths[k] for k in big], walk)
+            for k, x, s in zip(big, bx, bs):
+                out_x[k], out_s[k] = x, s
         return out_x, out_s
 
     @staticmethod
