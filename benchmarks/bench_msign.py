@@ -14,7 +14,11 @@ folds a into the m x m factor: 3 m^2 n + m^3 flops executed. Columns, all from t
 * ``refopt s`` / ``torch s``: median time of one whole msign call (normalisation included), the two
   interleaved repeat by repeat (the machine may be shared: the ratio is the median of per-repeat ratios);
 * ``ratio``: refopt time / torch time (issue 14 target: <= 0.65 at 2048x2048 and 768x3072);
+* ``floor``: ``steps`` times the time of refopt's three products of one step alone (numpy's syrk for
+  X X^T and for A A^T of a symmetric m x m A, its gemm for P X), over torch's time: the ratio refopt cannot
+  go below with numpy's BLAS, whatever it does around the products;
 * ``gemm GF/s``: numpy's sgemm on the three products of one plain iteration, each as a plain gemm;
+  ``torch GF/s``: the same three products in torch (its own BLAS), the rate torch's iteration runs at;
 * ``NS GF/s``: plain-iteration flops / refopt time, and ``% gemm``: that rate over the gemm rate (the
   symmetric form does fewer flops, so it can exceed 100%; 100 * (4 m^2 n + 2 m^3) / (3 m^2 n + m^3) is
   the ceiling at syrk = gemm speed).
@@ -63,10 +67,24 @@ def bench(m: int, n: int, steps: int, repeats: int, torch=None) -> dict:
         np.matmul(A, A, out=out_kk)
         np.matmul(A, X, out=out_kw)
 
+    S = A + A.T                        # a symmetric m x m factor, as P in refopt's step
+    out_kk2 = np.empty((k, k), np.float32)
+
+    def products():                    # refopt's three products of one step: syrk, syrk, gemm
+        np.matmul(X, X.T, out=out_kk)
+        np.matmul(S, S.T, out=out_kk2)
+        np.matmul(S, X, out=out_kw)
+
     Gt = torch.from_numpy(G) if torch is not None else None
-    runs = [("gemm", gemms), ("refopt", lambda: msign(G, coeffs="jordan", steps=steps))]
+    runs = [("gemm", gemms), ("products", products), ("refopt", lambda: msign(G, coeffs="jordan", steps=steps))]
     if torch is not None:
-        runs.append(("torch", lambda: torch_ns(Gt, rows)))
+        tX, tXt, tA = (torch.from_numpy(v) for v in (X, Xt, A))
+
+        def torch_gemms():             # the same three plain products in torch (its BLAS)
+            tX @ tXt
+            tA @ tA
+            tA @ tX
+        runs += [("torch", lambda: torch_ns(Gt, rows)), ("torch_gemm", torch_gemms)]
     for _, f in runs:                  # warm-up
         f()
     t = {name: [] for name, _ in runs}
@@ -83,6 +101,8 @@ def bench(m: int, n: int, steps: int, repeats: int, torch=None) -> dict:
     if torch is not None:
         r["torch"] = med["torch"]
         r["ratio"] = statistics.median(a / b for a, b in zip(t["refopt"], t["torch"]))
+        r["torch_gemm"] = plain / med["torch_gemm"] / 1e9
+        r["floor"] = steps * med["products"] / med["torch"]
     return r
 
 
@@ -108,13 +128,14 @@ def main(argv=None) -> None:
     print(f"numpy {np.__version__}{peer}"
           + f", float32, Newton-Schulz {a.steps} steps (jordan), cpus={os.cpu_count()}, "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, medians of {a.repeats}")
-    print(f"{'shape':>10} {'refopt s':>9} {'torch s':>8} {'ratio':>6} {'gemm GF/s':>10} {'NS GF/s':>8} "
-          f"{'% gemm':>7} {'ceiling %':>9}")
+    print(f"{'shape':>10} {'refopt s':>9} {'torch s':>8} {'ratio':>6} {'floor':>6} {'gemm GF/s':>10} "
+          f"{'torch GF/s':>10} {'NS GF/s':>8} {'% gemm':>7} {'ceiling %':>9}")
     for s in a.sizes.split(","):
         m, n = (int(v) for v in s.lower().split("x"))
         r = bench(m, n, a.steps, a.repeats, torch)
         print(f"{r['shape']:>10} {r['refopt']:9.3f} {r.get('torch', float('nan')):8.3f} "
-              f"{r.get('ratio', float('nan')):6.2f} {r['gemm']:10.1f} {r['ns']:8.1f} {r['pct']:7.0f} "
+              f"{r.get('ratio', float('nan')):6.2f} {r.get('floor', float('nan')):6.2f} {r['gemm']:10.1f} "
+              f"{r.get('torch_gemm', float('nan')):10.1f} {r['ns']:8.1f} {r['pct']:7.0f} "
               f"{r['ceiling']:9.0f}", flush=True)
     load = os.getloadavg()
     print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

@@ -9,10 +9,12 @@ Cases (the targets of issue 9):
 
 * ``gpt2``: AdamW ``update_`` on the GPT-2-small parameter shapes (75 leaves, 124M float32: wte 50304x768,
   wpe 1024x768, 12 blocks of 768 / 768x2304 / 768x768 / 768 / 768x3072 / 3072x768, a final 768), with the
-  finite-gradient check on and off, against ``torch.optim.AdamW(fused=True)``;
+  finite-gradient check on and off, against ``torch.optim.AdamW(fused=True)``; also the check alone and
+  a read-only pass of torch over the same gradients, and from them the floor of the check-on ratio;
 * ``many``: Adam on 1000 leaves of 100 float32: ``update_`` and the pure ``update`` against torch's fused
   and foreach Adam;
-* ``one``: Adam ``update_`` on one leaf of 10M float32 (check on and off) against torch fused Adam;
+* ``one``: Adam ``update_`` on one leaf of 10M float32 (check on and off, the check alone, the floor) against
+  torch fused Adam;
 * ``rss``: the peak RSS that in-place AdamW steps on the GPT-2-small shapes add (run first, in a process
   that has not yet made the torch copies);
 * ``muon``: ``Partition`` (Muon on the 48 hidden matrices, AdamW on the rest) on the GPT-2-small shapes
@@ -114,8 +116,48 @@ def case_gpt2(repeats):
         ("refopt AdamW update_ (check on)", refopt_step(rule, params, grads)),
         ("refopt AdamW update_ (check off)", refopt_step(refopt.AdamW(lr=1e-3, weight_decay=0.1), params, grads,
                                                          check_finite=False)),
+        ("refopt gradient check alone", grad_check(grads)),
+        ("torch read-only pass (sum of every grad)", torch_read_pass(grads)),
     ]
-    report("AdamW update_, GPT-2-small shapes (75 leaves, 124M float32)", run(cases, repeats), "torch AdamW fused")
+    times = run(cases, repeats)
+    report("AdamW update_, GPT-2-small shapes (75 leaves, 124M float32)", times, "torch AdamW fused")
+    report_floor(times, grads, "torch AdamW fused", "refopt AdamW update_ (check off)")
+
+
+def report_floor(times: dict, grads: dict, ref: str, off: str) -> None:
+    """The read rates of the check and of torch's read-only pass, and the floor of the check-on ratio: the
+    check-off step plus the check alone (a separate pass: nothing may be written before it ends)."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    nbytes = sum(g.nbytes for g in grads.values())
+    print(f"  read rate of the check {nbytes / med['refopt gradient check alone'] / 1e6:.1f} GB/s, of torch's "
+          f"read-only pass {nbytes / med['torch read-only pass (sum of every grad)'] / 1e6:.1f} GB/s; the floor "
+          f"of 'check on' (check-off step + the check, over {ref}): "
+          f"{(med[off] + med['refopt gradient check alone']) / med[ref]:.2f} (the issue's 8/7 = 1.14 assumes the "
+          f"check's read stream costs what one of the step's 7 streams costs)")
+
+
+def grad_check(grads):
+    """The walk's whole-tree gradient check (one compiled pass, :func:`refopt.kernels.any_bad_many`) alone,
+    with AdamW's bound: what ``check_finite=True`` adds to a step."""
+    from refopt.kernels import any_bad_many, square_bound
+    gs = list(grads.values())
+    bounds = [square_bound(np.float32)] * len(gs)
+
+    def step():
+        assert not any(any_bad_many(gs, bounds))
+    return step
+
+
+def torch_read_pass(grads):
+    """A peer's read-only pass over the same bytes (``torch.sum`` of every gradient): the machine's rate of
+    reading an array once, which the check cannot beat."""
+    import torch
+    ts = [torch.from_numpy(g) for g in grads.values()]
+
+    def step():
+        for t in ts:
+            t.sum()
+    return step
 
 
 def case_many(repeats):
@@ -143,8 +185,12 @@ def case_one(repeats):
                                         params, grads)),
         ("refopt Adam update_ (check on)", refopt_step(rule, params, grads)),
         ("refopt Adam update_ (check off)", refopt_step(refopt.Adam(lr=1e-3), params, grads, check_finite=False)),
+        ("refopt gradient check alone", grad_check(grads)),
+        ("torch read-only pass (sum of every grad)", torch_read_pass(grads)),
     ]
-    report("Adam update_, one leaf of 10M float32", run(cases, repeats), "torch Adam fused")
+    times = run(cases, repeats)
+    report("Adam update_, one leaf of 10M float32", times, "torch Adam fused")
+    report_floor(times, grads, "torch Adam fused", "refopt Adam update_ (check off)")
 
 
 def case_muon(repeats):
