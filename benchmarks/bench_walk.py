@@ -149,8 +149,8 @@ def grad_check(grads):
 
 
 def torch_read_pass(grads):
-    """A peer's read-only pass over the same bytes (``torch.sum`` of every gradient): the machine's rate of
-    reading an array once, which the check cannot beat."""
+    """A peer's read-only pass over the same bytes (``torch.sum`` of every gradient): the yardstick of
+    reading every gradient once, which is what the check costs at best."""
     import torch
     ts = [torch.from_numpy(g) for g in grads.values()]
 
