@@ -499,19 +499,20 @@ def _check_packed(rule: Rule, pack: _Pack, gs: list, paths: list[str], bounds: l
     buffers (each with its group's smallest bound) and the large leaves
     (:func:`refopt.kernels.any_bad_many`); the leaf is named by the per-leaf check, run only when that
     pass finds something."""
-    name = type(rule).__name__
     arrays: dict = {}
     for _, idx, _, buf in pack.groups:
         arrays.setdefault(buf.dtype, []).append((buf, min(bounds[k] for k in idx), idx))
     for k, pk in enumerate(pack.packed):
         if pk is None:
             arrays.setdefault(gs[k].dtype, []).append((gs[k], bounds[k], [k]))
+    flagged = []
     for items in arrays.values():
         bad = any_bad_many([a for a, _, _ in items], [b for _, b, _ in items])
-        for found, (_, _, idx) in zip(bad, items):
-            if found:
-                check_grads([gs[k] for k in idx], [paths[k] for k in idx], [bounds[k] for k in idx],
-                            [name] * len(idx))
+        flagged += [k for found, (_, _, idx) in zip(bad, items) if found for k in idx]
+    if flagged:   # the first bad leaf in tree order is named, whatever the dtype groups' order
+        idx = sorted(flagged)
+        check_grads([gs[k] for k in idx], [paths[k] for k in idx], [bounds[k] for k in idx],
+                    [type(rule).__name__] * len(idx))
 
 
 def _context(rule: Rule, state: OptState, xs: list):

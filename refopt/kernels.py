@@ -381,17 +381,32 @@ def square_bound(dtype) -> float:
     return float(np.sqrt(np.finfo(dtype).max)) / 2.0
 
 
+def bad_leaves(arrays: list, bounds: list) -> list[int]:
+    """The indices k (ascending) of the floating ``arrays`` that hold nan, inf or an element of magnitude
+    >= ``bounds[k]``: one :func:`any_bad_many` pass per dtype over the whole list."""
+    groups: dict = {}
+    for k, a in enumerate(arrays):
+        groups.setdefault(a.dtype, []).append(k)
+    bad = []
+    for idx in groups.values():
+        found = any_bad_many([arrays[k] for k in idx], [bounds[k] for k in idx])
+        bad += [k for k, f in zip(idx, found) if f]
+    return sorted(bad)
+
+
 def check_grads(gs: list, paths: list[str], bounds: list[float], owners: list[str]) -> None:
     """Raise ``FloatingPointError`` naming the first leaf whose gradient holds nan or inf, or an element of
-    magnitude >= its bound (``square_bound`` for second-moment rules, inf otherwise). Writes nothing."""
-    for g, p, b, o in zip(gs, paths, bounds, owners):
-        if count_bad(g, b):
-            if count_bad(g):
-                raise FloatingPointError(f"non-finite gradient (nan or inf) at {p}")
-            big = float(np.max(np.abs(g)))
-            raise FloatingPointError(
-                f"gradient at {p} has |g| = {big:.3g}, whose square overflows {g.dtype} in the second moment of "
-                f"{o} (|g| must be below {b:.3g}); scale the loss down or use float64")
+    magnitude >= its bound (``square_bound`` for second-moment rules, inf otherwise). Writes nothing. The
+    whole list is read in one pass per dtype (:func:`bad_leaves`); the message is built for the first leaf
+    that pass flags."""
+    for k in bad_leaves(gs, bounds)[:1]:
+        g, p, b, o = gs[k], paths[k], bounds[k], owners[k]
+        if count_bad(g):
+            raise FloatingPointError(f"non-finite gradient (nan or inf) at {p}")
+        big = float(np.max(np.abs(g)))
+        raise FloatingPointError(
+            f"gradient at {p} has |g| = {big:.3g}, whose square overflows {g.dtype} in the second moment of "
+            f"{o} (|g| must be below {b:.3g}); scale the loss down or use float64")
 
 
 def _triad(c, a, b, s):

@@ -396,3 +396,35 @@ def test_any_bad_many_matches_count_bad_across_chunk_boundaries():
             a[i] = np.nan
             assert any_bad_many([a], [np.inf]) == [True], (n, i)
         assert any_bad_many([np.zeros(n)], [np.inf]) == [False]
+
+
+def test_whole_tree_checks_name_the_first_bad_leaf_in_tree_order():
+    """The gradient checks of update/update_ (packed buffers), direction and ClipByGlobalNorm, and the
+    weight check of Hyperball, read the tree in one pass per dtype and name the first bad leaf in tree
+    order, not in dtype-group order; nothing is written. Negative control: the group order names 'c' (the
+    float32 group comes first), as the walk did before this test."""
+    from refopt.kernels import bad_leaves
+
+    def tree(a, b, c):
+        return {"a": np.full(3, a, np.float32), "b": np.full(4, b, np.float64), "c": np.full(5, c, np.float32)}
+
+    arrays = list(tree(1.0, np.nan, np.inf).values())
+    assert bad_leaves(arrays, [np.inf] * 3) == [1, 2]
+    assert bad_leaves(list(tree(1.0, 2.0, 3.0).values()), [np.inf, np.inf, 2.5]) == [2]
+    assert bad_leaves(list(tree(1.0, 2.0, 3.0).values()), [np.inf] * 3) == []
+    params, grads = tree(1.0, 1.0, 1.0), tree(0.1, np.nan, np.inf)
+    for rule, call in ((refopt.Adam(lr=1e-3), refopt.direction), (refopt.Adam(lr=1e-3), refopt.update_),
+                       (refopt.Adam(lr=1e-3), refopt.update),
+                       (refopt.ClipByGlobalNorm(refopt.SGD(lr=0.1), max_norm=1.0), refopt.update_)):
+        state = refopt.init(rule, params)
+        before = [v.copy() for v in params.values()]
+        with pytest.raises(FloatingPointError, match=r"at b\b"):
+            call(rule, state, params, grads)
+        assert all(np.array_equal(v, w) for v, w in zip(params.values(), before))
+    rule = refopt.Hyperball(refopt.Muon(lr=0.02), lr=0.02)
+    params = {"a": np.ones((3, 3), np.float32), "b": np.ones((4, 4)), "c": np.ones((3, 3), np.float32)}
+    state = refopt.init(rule, params)
+    params["b"][0, 0], params["c"][0, 0] = np.nan, np.inf
+    g = {k: np.full_like(v, 0.1) for k, v in params.items()}
+    with pytest.raises(FloatingPointError, match=r"weights at b hold nan"):
+        refopt.update(rule, state, params, g)

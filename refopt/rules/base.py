@@ -2,13 +2,14 @@
 and :class:`Wrapper` (a rule built on a base rule). See :mod:`refopt.core` for the hooks."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from refopt.core import ArraySpec, Rule
-from refopt.kernels import Elementwise, count_bad
+from refopt.kernels import Elementwise, bad_leaves
 from refopt.rules import _checks
 from refopt.serialize import nested_rules
 
@@ -222,12 +223,12 @@ class DirectionWrapper(Wrapper):
         return {"all": float(ctx.lr_t)}
 
     def prepare(self, ctx, ss, xs, gs, paths):
-        """The weights must be finite (their norm scales the step): FloatingPointError naming the array,
-        before anything is written; then the base's pre-pass."""
-        for x, p in zip(xs, paths):
-            if count_bad(x):
-                raise FloatingPointError(f"{type(self).__name__}: the weights at {p} hold nan or inf; parameters "
-                                         f"must be finite")
+        """The weights must be finite (their norm scales the step): FloatingPointError naming the first
+        array that is not (one pass over the whole tree per dtype), before anything is written; then the
+        base's pre-pass."""
+        for k in bad_leaves(xs, [math.inf] * len(xs))[:1]:
+            raise FloatingPointError(f"{type(self).__name__}: the weights at {paths[k]} hold nan or inf; "
+                                     f"parameters must be finite")
         return super().prepare(ctx, ss, xs, gs, paths)
 
     def base_direction(self, ctx, s, x, g, path):
