@@ -56,6 +56,7 @@ anything is written; :func:`update_` on a read-only or non-contiguous array rais
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import operator
@@ -147,6 +148,7 @@ class Rule:
         otherwise it must leave them untouched. Default: :meth:`update_leaf` per leaf, on fresh copies when
         not in place. Rules override it to run many leaves in one compiled call (:class:`Walk`)."""
         out_x, out_s = [], []
+        gs = [walk.grad(g) for g in gs]   # before anything is written
         for x, g, s, p in zip(xs, gs, ss, paths):
             if not walk.inplace:
                 x, s = np.array(x, order="C", copy=True), T.copy(s)
@@ -184,12 +186,38 @@ class Walk(NamedTuple):
     packed: list
     cache: dict | None
     layout_cache: dict
+    written: Any = None
 
     def sub(self, key: Any, idx: list[int]) -> "Walk":
         """The walk of the leaves ``idx`` handed to a sub-rule (its caches: the entries ``key`` of these)."""
         cache = None if self.cache is None else self.cache.setdefault(("sub", key), {})
         return Walk(self.inplace, [self.packed[i] for i in idx], cache,
-                    self.layout_cache.setdefault(("sub", key), {}))
+                    self.layout_cache.setdefault(("sub", key), {}), self.written)
+
+    def grad(self, g: np.ndarray) -> np.ndarray:
+        """``g``, or a copy of it when it shares memory with an array this in-place step writes (``written``:
+        the byte spans of the params and state arrays), so that the step reads the gradient as the caller
+        handed it, as :func:`update` does. An ``update_leaves`` that reads a caller's gradient after writing
+        any array passes every gradient through here before writing anything (the default one does)."""
+        return g if self.written is None or not self.written.overlaps(g) else g.copy()
+
+
+class _Spans:
+    """The sorted, disjoint byte spans [lo, hi) of the arrays an in-place step writes (disjoint: checked
+    by :func:`_check_no_aliasing`), for :meth:`Walk.grad`."""
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(self, arrays: list):
+        spans = sorted(_byte_bounds(a) for a in arrays if a.size)
+        self.lo, self.hi = [lo for lo, _ in spans], [hi for _, hi in spans]
+
+    def overlaps(self, a: np.ndarray) -> bool:
+        if not a.size:
+            return False
+        lo, hi = _byte_bounds(a)
+        j = bisect.bisect_right(self.hi, lo)       # the first span ending after lo (the his are sorted too)
+        return j < len(self.lo) and self.lo[j] < hi
 
 
 # --- the checked cast of the step scalars ----------------------------------------------------------
@@ -319,10 +347,11 @@ class _Walked:
     objects (checked by identity; they are kept alive here, so an id cannot be reused) with the same
     shapes and dtypes skips the state validation; the gradients, new every step, are always checked."""
 
-    __slots__ = ("td", "paths", "xs", "layout", "ss", "arrays", "arrays_layout", "cache", "layout_cache")
+    __slots__ = ("td", "paths", "xs", "layout", "ss", "arrays", "arrays_layout", "cache", "layout_cache", "t_in")
 
     def __init__(self, td, paths, xs, ss, layout=None, layout_cache=None):
         self.td, self.paths, self.xs, self.ss = td, paths, xs, ss
+        self.t_in = None   # state.t of the last update_ that advanced these very objects in place
         self.layout = _layout_of(xs) if layout is None else layout
         # the state arrays (the NamedTuples holding them are immutable, so these are the arrays of any
         # state objects identical to ss) and their layouts, which in-place assignments can change
@@ -539,11 +568,17 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     rule's update_leaves."""
     xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
     if inplace:
+        if w.t_in is not None and state.t == w.t_in:
+            raise ValueError(f"this state (t = {state.t}) was advanced in place by the last update_ of this rule, "
+                             f"which returned it with t = {state.t + 1}: rebind what update_ returns, "
+                             f"`params, state = refopt.update_(rule, state, params, grads)` (a stale t would "
+                             f"redo step {state.t + 1}'s schedule and bias corrections)")
         # flags can change in place between calls (x.flags.writeable = False), so they are read every call
         if w.cache.get("writable") is not True or not (all(map(_CARRAY, xs)) and all(map(_CARRAY, w.arrays))):
             _check_writable(xs, ss, paths)
             _check_no_aliasing(xs, ss, paths)
             w.cache["writable"] = True
+            w.cache["written"] = _Spans(xs + w.arrays)
     t, ctx, glob, casts = _context(rule, state, xs)
     lc = w.layout_cache
     layout = lc.get("pack_layout")
@@ -563,7 +598,7 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
         _check_prepared(rule, new_gs, gs, xs, paths)
         _fill_pack(pack, new_gs)
     walk = Walk(inplace, pack.packed, w.cache.setdefault("rule", {}) if inplace else None,
-                lc.setdefault("rule", {}))
+                lc.setdefault("rule", {}), w.cache["written"] if inplace else None)
     out_x, out_s = rule.update_leaves(casts, ss, xs, new_gs, paths, walk)
     if info is not None:
         info["t"] = t
@@ -571,6 +606,7 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     same_x = inplace and all(map(operator.is_, out_x, xs))
     same_s = inplace and all(map(operator.is_, out_s, ss))
     if same_x and same_s:
+        w.t_in = state.t
         _set_per_rule(_WALKED, rule, w)
     elif _trusted(rule, lc):   # refopt's own rules make valid states: the next call is checked against them
         _set_per_rule(_WALKED, rule, _Walked(td, paths, out_x, out_s, w.layout, lc))

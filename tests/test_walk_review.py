@@ -359,3 +359,98 @@ def test_a_subclass_overriding_update_leaf_is_honoured_for_small_leaves(api):
     new, _ = getattr(refopt, api)(rule, state, params, {"w": np.ones((3, 3)), "b": np.ones(3)})
     assert np.array_equal(new["b"], np.ones(3))
     assert not np.array_equal(new["w"], np.ones((3, 3)))      # negative control: the matrix is stepped
+
+
+def test_update_with_a_state_it_already_advanced_in_place_raises():
+    """update_ writes the arrays of the state it is handed but cannot change its t (an immutable OptState):
+    a loop that drops the returned state would redo step 1's bias corrections forever. The walk knows the
+    objects it advanced and refuses them with their old t, before writing anything; the rebound state, a
+    retry after an error, and the pure update of one state twice stay legal."""
+    rule = refopt.Adam(lr=1e-2)
+    params = {"a": np.ones(5), "b": np.full((3, 2), 2.0)}
+    grads = {"a": np.full(5, 0.5), "b": np.full((3, 2), -1.0)}
+    state = refopt.init(rule, params)
+    params, new = refopt.update_(rule, state, params, grads)
+    assert new.t == 1 and state.t == 0
+    before = [v.copy() for v in params.values()] + [a.copy() for a in refopt.tree.leaves(new.leaves)]
+    with pytest.raises(ValueError, match=r"rebind.*params, state = refopt.update_"):
+        refopt.update_(rule, state, params, grads)            # the stale t = 0
+    after = list(params.values()) + list(refopt.tree.leaves(new.leaves))
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    bad = {"a": np.full(5, np.nan), "b": grads["b"]}
+    with pytest.raises(FloatingPointError):
+        refopt.update_(rule, new, params, bad)
+    params, new2 = refopt.update_(rule, new, params, grads)   # the retry with the same (rebound) state
+    assert new2.t == 2
+    # negative control: the pure update may be called on one state as often as one likes
+    pure = refopt.Adam(lr=1e-2)
+    s = refopt.init(pure, params)
+    p1, _ = refopt.update(pure, s, params, grads)
+    p2, _ = refopt.update(pure, s, params, grads)
+    assert all(np.array_equal(p1[k], p2[k]) for k in p1)
+
+
+@pytest.mark.parametrize("make", [lambda: refopt.SGD(lr=0.1, momentum=0.9), lambda: refopt.Adam(lr=1e-2),
+                                  lambda: refopt.Muon(lr=0.02)])
+def test_a_gradient_sharing_memory_with_the_params_is_read_as_handed(make, monkeypatch):
+    """A gradient that overlaps an array update_ writes is read as the caller handed it, as the pure update
+    reads it: update_ == update bit for bit. Here the gradient of the large leaf w (2**17 elements: not
+    packed, read in place) is the params' buffer shifted by one element (g[i] = w[i - 1], written just
+    before), and the gradient of leaf b is the params of leaf a (written before b by a rule that reads
+    every gradient in place, as Muon). Negative control: without Walk.grad's copy they differ."""
+    rng = np.random.default_rng(0)
+    n = 1 << 17
+    buf = rng.standard_normal(n + 1)
+    small = rng.standard_normal(12)
+    params = {"a": small.reshape(3, 4), "b": rng.standard_normal((3, 4)), "w": buf[1:].reshape(n // 256, 256)}
+    grads = {"a": rng.standard_normal((3, 4)), "b": small.reshape(3, 4), "w": buf[:n].reshape(n // 256, 256)}
+    keep = {k: v.copy() for k, v in params.items()}
+
+    def both():
+        rule = make()
+        state = refopt.init(rule, params)
+        want, _ = refopt.update(rule, state, params, grads)
+        want = {k: v.copy() for k, v in want.items()}
+        got, _ = refopt.update_(rule, state, params, grads)
+        diff = max(float(np.max(np.abs(want[k] - got[k]))) for k in want)
+        for k, v in keep.items():
+            params[k][...] = v
+        return diff
+
+    assert both() == 0.0
+    monkeypatch.setattr(refopt.core.Walk, "grad", lambda self, g: g)
+    assert both() > 0.0
+
+
+def test_a_gradient_sharing_memory_with_another_groups_params_is_read_as_handed(monkeypatch):
+    """In a Partition the groups are stepped one after the other, and an elementwise rule steps its small
+    leaves before its large ones: a gradient overlapping params that an earlier group (or the small leaves)
+    write is still read as handed. update_ == update bit for bit. Here leaf a's params are the first 12
+    elements of a buffer that is also the whole gradient of the large leaf b and the gradient of the small
+    Muon leaf c. Negative control: without Walk.grad's copy they differ."""
+    rng = np.random.default_rng(1)
+    n = 1 << 17
+    buf = rng.standard_normal(n)
+    params = {"a": buf[:12].reshape(3, 4), "b": rng.standard_normal((n // 256, 256)),
+              "c": rng.standard_normal((4, 3))}
+    grads = {"a": rng.standard_normal((3, 4)), "b": buf.reshape(n // 256, 256), "c": buf[:12].reshape(4, 3)}
+    keep = {k: v.copy() for k, v in params.items()}
+    labels = {"a": "sgd", "b": "adam", "c": "muon"}
+
+    def diffs():
+        out = []
+        for rule in (refopt.Partition({"sgd": refopt.SGD(lr=0.1, momentum=0.9), "adam": refopt.Adam(lr=1e-2),
+                                       "muon": refopt.Muon(lr=0.02)}, labels),
+                     refopt.SGD(lr=0.1, momentum=0.9)):
+            state = refopt.init(rule, params)
+            want, _ = refopt.update(rule, state, params, grads)
+            want = {k: v.copy() for k, v in want.items()}
+            got, _ = refopt.update_(rule, state, params, grads)
+            out.append(max(float(np.max(np.abs(want[k] - got[k]))) for k in want))
+            for k, v in keep.items():
+                params[k][...] = v
+        return out
+
+    assert diffs() == [0.0, 0.0]
+    monkeypatch.setattr(refopt.core.Walk, "grad", lambda self, g: g)
+    assert min(diffs()) > 0.0

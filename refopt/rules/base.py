@@ -62,6 +62,7 @@ class ElementwiseRule(Rule):
         if overrides(self, ElementwiseRule, "update_leaf", "kernel_state"):
             return Rule.update_leaves(self, casts, ss, xs, gs, paths, walk)
         groups, big = self._plan(walk)
+        big_gs = [walk.grad(gs[k]) for k in big]   # read in place: before the small leaves are written
         out_x, out_s = list(xs), list(ss)
         kernel = self.kernel()
         for gi, (idx, starts) in enumerate(groups):
@@ -82,8 +83,8 @@ class ElementwiseRule(Rule):
                 if walk.cache is not None:
                     walk.cache[("seen", gi)] = True
         if big:   # one by one, as the default walk
-            bx, bs = Rule.update_leaves(self, casts, [ss[k] for k in big], [xs[k] for k in big],
-                                        [gs[k] for k in big], [paths[k] for k in big], walk)
+            bx, bs = Rule.update_leaves(self, casts, [ss[k] for k in big], [xs[k] for k in big], big_gs,
+                                        [paths[k] for k in big], walk)
             for k, x, s in zip(big, bx, bs):
                 out_x[k], out_s[k] = x, s
         return out_x, out_s
