@@ -566,6 +566,8 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
           check: bool = True):
     """The step shared by update and update_ (module docstring, items 1-6). Nothing is written before the
     rule's update_leaves."""
+    if info is not None and not isinstance(info, dict):
+        raise TypeError(f"info must be None or a dict the step records into, got {type(info).__name__}")
     xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
     if inplace:
         if w.t_in is not None and state.t == w.t_in:

@@ -240,6 +240,9 @@ def check_like(params: Any, grads: Any, names: tuple[str, str] = ("params", "gra
             if isinstance(a, np.matrix):   # stays 2-D when flattened: pass np.asarray(m) instead
                 raise TypeError(f"{name} leaf {path} is a numpy.matrix, expected a numpy ndarray "
                                 f"(np.asarray(m) views it as one)")
+            if isinstance(a, np.ma.MaskedArray):   # its mask would be ignored by every kernel
+                raise TypeError(f"{name} leaf {path} is a numpy masked array, expected a numpy ndarray (the "
+                                f"optimizers would ignore its mask; pass a.filled(v) or a.data)")
         if p.dtype not in (np.float32, np.float64) or not p.dtype.isnative:
             raise TypeError(f"{names[0]} leaf {path} has dtype {p.dtype}; optimizers need (native-endian) "
                             f"float32 or float64")

@@ -90,6 +90,26 @@ def _momentum(x, g, s, i, c):
 _MOMENTUM = Elementwise(_momentum, "muon_momentum")
 
 
+#: the largest singular value a Newton-Schulz schedule may reach at any step (from (0, 1]) for Muon to
+#: accept it: the presets stay within 1.21; far above, a quintic overflows float32 (x^5 near 3.4e38)
+NS_PEAK_LIMIT = 1e6
+
+
+def _check_bounded_schedule(rows) -> None:
+    """ValueError at construction when the schedule's scalar map (:func:`refopt.linalg.ns_scalar_map`, step
+    by step) takes a singular value of (0, 1] above :data:`NS_PEAK_LIMIT`: Muon would otherwise find the
+    divergence only at its step, after writing its momentum."""
+    x = np.concatenate([np.geomspace(1e-9, 1.0, 4001), np.linspace(0.0, 1.0, 4001)])
+    for k, (a, b, c) in enumerate(rows):
+        with np.errstate(over="ignore", invalid="ignore"):
+            x2 = x * x
+            x = a * x + (b * x2 + c * (x2 * x2)) * x
+            peak = float(np.max(np.abs(x)))
+        if not peak <= NS_PEAK_LIMIT:
+            raise ValueError(f"ns_coeffs: the Newton-Schulz schedule diverges: singular values in (0, 1] reach "
+                             f"{peak:.3g} at step {k + 1} (the presets stay within 1.21; see refopt.linalg.ns_band)")
+
+
 @dataclass(frozen=True)
 class Muon(Rule):
     r"""Muon (Jordan et al. 2024; seed 003): msign of the momentum, scaled by the layer shape.
@@ -174,6 +194,7 @@ class Muon(Rule):
             object.__setattr__(self, "_rows", ns_coefficients(self.ns_coeffs, self.ns_steps))
         except ValueError as e:
             raise ValueError(f"ns_coeffs: {e}") from None
+        _check_bounded_schedule(self._rows)
         if not isinstance(self.ns_coeffs, str):     # store rows as tuples: hashable, JSON-friendly
             c = self.ns_coeffs
             c = tuple(float(v) for v in c) if len(c) == 3 and not hasattr(c[0], "__len__") else \
@@ -255,6 +276,9 @@ class Muon(Rule):
     def prepare(self, ctx, ss, xs, gs, paths):
         for x in xs:   # the per-array step scalars are checked before any array is written
             cast_scalar(float(ctx.lr_t) * muon_scale(x.shape, self.scale), x.dtype, "Muon.lr_t * scale", True)
+        if self.msign_backend == "cuda" and self.msign != "svd" and xs:   # numba-cuda and a GPU, before writing
+            from refopt.linalg import _msign_cuda
+            _msign_cuda._cuda()
         return gs
 
     def _orthogonalised(self, c: MuonContext, s: MuonState, x: np.ndarray, g: np.ndarray) -> np.ndarray:

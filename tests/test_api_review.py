@@ -1,0 +1,80 @@
+"""Findings of an adversarial review of the public API (this session), each with the case it fixed and a
+negative control: option values equal to True by value only, masked arrays, a non-dict ``info``, a
+diverging Newton-Schulz schedule in Muon, and Muon's CUDA backend without a GPU: a clear error before
+anything is written, never a silent answer."""
+import importlib.util
+
+import numpy as np
+import pytest
+
+import refopt
+from refopt import tree as T
+
+
+def _nothing_written(rule, x, g, match, exc, **kw):
+    s = refopt.init(rule, x)
+    xs, ss = T.copy(x), T.copy(s)
+    with pytest.raises(exc, match=match):
+        refopt.update_(rule, s, x, g, **kw)
+    assert all(np.array_equal(a, b) for a, b in zip(T.leaves(x), T.leaves(xs)))
+    assert all(np.array_equal(a, b) for a, b in zip(T.leaves(s), T.leaves(ss)) if isinstance(a, np.ndarray))
+
+
+@pytest.mark.parametrize("value", [1, 1.0, 1 + 0j, 0, [True], "True"])
+def test_a_bool_or_string_option_takes_only_its_own_kind(value):
+    with pytest.raises(ValueError, match="amsgrad must be one of"):
+        refopt.Adam(amsgrad=value)
+
+
+def test_negative_control_the_options_themselves_are_accepted():
+    assert refopt.Adam(amsgrad=True).amsgrad is True
+    assert refopt.Adam(amsgrad=np.True_).amsgrad            # numpy's bool is a bool
+    assert refopt.Adam(amsgrad="bias_corrected").amsgrad == "bias_corrected"
+    assert refopt.AdamW(wd_mode="independent", weight_decay=0.1).wd_mode == "independent"
+    with pytest.raises(ValueError, match="msign must be one of"):
+        refopt.Muon(msign=["svd"])
+
+
+def test_masked_array_leaves_are_refused_with_their_path():
+    x = {"a": np.ones(3), "b": np.ma.array(np.ones(4), mask=[0, 1, 0, 0])}
+    with pytest.raises(TypeError, match="leaf b is a numpy masked array"):
+        refopt.init(refopt.SGD(lr=0.1), x)
+    s = refopt.init(refopt.SGD(lr=0.1), {"a": np.ones(3), "b": np.ones(4)})
+    g = {"a": np.ones(3), "b": np.ma.array(np.ones(4), mask=[0, 1, 0, 0])}
+    with pytest.raises(TypeError, match="grads leaf b is a numpy masked array"):
+        refopt.update(refopt.SGD(lr=0.1), s, {"a": np.ones(3), "b": np.ones(4)}, g)
+    # negative control: a plain ndarray subclass is still an array
+    class Sub(np.ndarray):
+        pass
+    y = {"a": np.ones(3).view(Sub)}
+    refopt.update(refopt.SGD(lr=0.1), refopt.init(refopt.SGD(lr=0.1), y), y, {"a": np.ones(3)})
+
+
+def test_info_must_be_a_dict_and_is_checked_before_anything_is_written():
+    x, g = {"w": np.ones(4)}, {"w": np.full(4, 0.5)}
+    _nothing_written(refopt.Adam(lr=0.1), x, g, "info must be None or a dict", TypeError, info=[])
+    info = {}
+    refopt.update_(refopt.Adam(lr=0.1), refopt.init(refopt.Adam(lr=0.1), x), x, g, info=info)
+    assert info["t"] == 1
+
+
+def test_muon_refuses_a_diverging_newton_schulz_schedule_at_construction():
+    with pytest.raises(ValueError, match=r"diverges: singular values in \(0, 1\] reach .* at step 2"):
+        refopt.Muon(ns_coeffs=(1e3, 1e3, 1e3))
+    with pytest.raises(ValueError, match="at step 4"):   # x -> 3x: 27 after 3 steps, then 2.7e6
+        refopt.Muon(ns_coeffs=[(3.0, 0.0, 0.0)] * 3 + [(1e5, 0.0, 0.0)], ns_steps=4)
+    # negative control: every preset, and a schedule that grows but stays far below the limit
+    for name in ("jordan", "classic", "you", "polar_express"):
+        refopt.Muon(ns_coeffs=name, ns_steps=8)
+    refopt.Muon(ns_coeffs=(3.0, 0.0, 0.0), ns_steps=5)  # 3^5 = 243
+
+
+def test_muon_cuda_backend_without_a_gpu_fails_before_writing():
+    if importlib.util.find_spec("numba_cuda") is not None:
+        from numba import cuda
+        if cuda.is_available():
+            pytest.skip("a GPU (or the simulator) is available: nothing to refuse")
+    x = {"a": np.ones((3, 4)), "b": np.ones((4, 5))}
+    g = {"a": np.full((3, 4), 0.1), "b": np.full((4, 5), 0.2)}
+    _nothing_written(refopt.Muon(lr=0.02, msign_backend="cuda"), x, g, "numba-cuda|CUDA GPU",
+                     (ImportError, RuntimeError))
