@@ -78,3 +78,17 @@ def test_muon_cuda_backend_without_a_gpu_fails_before_writing():
     g = {"a": np.full((3, 4), 0.1), "b": np.full((4, 5), 0.2)}
     _nothing_written(refopt.Muon(lr=0.02, msign_backend="cuda"), x, g, "numba-cuda|CUDA GPU",
                      (ImportError, RuntimeError))
+
+
+def test_adam_l2_weight_decay_whose_square_would_overflow_is_refused_before_writing():
+    """L2 adds weight_decay*x to g before it is squared: |g| passes the walk's check (1), but with
+    x = 3e18 and weight_decay = 10 in float32 the augmented gradient's square is inf, and v = inf would
+    freeze the parameter for good. Refused, naming the leaf, nothing written; negative controls: AdamW
+    (decoupled, never squares x) and a weight decay that keeps lambda*|x| in range step normally."""
+    x = {"a": np.ones(3, np.float32), "w": np.full(3, 3e18, np.float32)}
+    g = {"a": np.ones(3, np.float32), "w": np.ones(3, np.float32)}
+    _nothing_written(refopt.Adam(lr=1e-3, weight_decay=10.0), x, g, r"weight_decay \* \|x\| at w reaches 3e\+19",
+                     FloatingPointError)
+    for rule in (refopt.AdamW(lr=1e-3, weight_decay=10.0), refopt.Adam(lr=1e-3, weight_decay=1.0)):
+        p, s = refopt.update_(rule, refopt.init(rule, T.copy(x)), T.copy(x), g)
+        assert all(np.isfinite(a).all() for a in T.leaves(s.leaves) if isinstance(a, np.ndarray))

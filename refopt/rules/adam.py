@@ -9,7 +9,7 @@ from typing import Callable, NamedTuple
 import numba
 import numpy as np
 
-from refopt.kernels import Elementwise
+from refopt.kernels import Elementwise, bad_leaves, square_bound
 from refopt.rules import _checks
 from refopt.rules.base import ElementwiseRule
 
@@ -125,6 +125,20 @@ class _AdamBase(ElementwiseRule):
 
     def squares_grads(self, s):
         return True
+
+    def prepare(self, ctx, ss, xs, gs, paths):
+        """L2 adds lambda*x to the gradient before it is squared: with |g| below square_bound (the walk's
+        check) and lambda*|x| below it too, (g + lambda*x)**2 stays finite in v. FloatingPointError naming
+        the first leaf where lambda*|x| is not, before anything is written."""
+        l2 = float(ctx.l2)
+        if l2 > 0:
+            for k in bad_leaves(xs, [square_bound(x.dtype) / l2 for x in xs])[:1]:
+                big = l2 * float(np.max(np.abs(xs[k])))
+                raise FloatingPointError(
+                    f"{type(self).__name__}: weight_decay * |x| at {paths[k]} reaches {big:.3g}; L2 adds it to the "
+                    f"gradient, whose square would overflow {xs[k].dtype} in the second moment (it must stay "
+                    f"below {square_bound(xs[k].dtype):.3g}); lower weight_decay or use float64")
+        return super().prepare(ctx, ss, xs, gs, paths)
 
     def _decay_and_l2(self, gamma: float, lr_t: float) -> tuple[float, float]:
         return 1.0, float(self.weight_decay)
