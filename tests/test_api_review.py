@@ -92,3 +92,24 @@ def test_adam_l2_weight_decay_whose_square_would_overflow_is_refused_before_writ
     for rule in (refopt.AdamW(lr=1e-3, weight_decay=10.0), refopt.Adam(lr=1e-3, weight_decay=1.0)):
         p, s = refopt.update_(rule, refopt.init(rule, T.copy(x)), T.copy(x), g)
         assert all(np.isfinite(a).all() for a in T.leaves(s.leaves) if isinstance(a, np.ndarray))
+
+
+@pytest.mark.parametrize("wrapper", [lambda b: refopt.Hyperball(b, lr=0.1), lambda b: refopt.Covariant(b, lr=0.1)])
+def test_a_finite_direction_whose_norm_overflows_is_normalised(wrapper):
+    """|g| = 1.5e308 in float64: SGD's direction u = g is finite, but ||u||_F overflows float64. The step
+    only needs u/||u|| = (u/max|u|)/||u/max|u|||: the wrappers take it so (before, they raised after
+    writing earlier leaves, saying u held nan or inf). Oracle: the same step with g scaled down by 1e300
+    (both rules are invariant to the scale of u), bit for bit up to the rounding of that scaling."""
+    x = {"a": np.array([[1.0, 2.0], [3.0, 4.0]]), "b": np.array([[0.5, -1.0], [2.0, 1.0]])}
+    g = {"a": np.array([[0.1, 0.2], [0.3, -0.1]]), "b": np.array([[1.5e308, -1e308], [0.5e308, 1e308]])}
+    small = {"a": g["a"], "b": g["b"] * 1e-300}
+    rule = wrapper(refopt.SGD(lr=1.0))
+    got, _ = refopt.update(rule, refopt.init(rule, x), x, g)
+    want, _ = refopt.update(rule, refopt.init(rule, x), x, small)
+    for k in x:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-14, atol=0)
+        assert np.isfinite(got[k]).all()
+    # negative control: a direction that really holds inf is still refused, naming the leaf
+    bad = {"a": g["a"], "b": np.array([[np.inf, 0.0], [0.0, 0.0]])}
+    with pytest.raises(FloatingPointError, match="at b"):
+        refopt.update(rule, refopt.init(rule, x), x, bad)

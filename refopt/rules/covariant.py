@@ -107,6 +107,8 @@ class Covariant(DirectionWrapper):
     def _norm(self, a: np.ndarray, what: str, path: str) -> float:
         if isinstance(self.norm, str):
             v = _NAMED_NORMS[self.norm](a)
+            if v == math.inf and what == "u" and np.isfinite(a).all():
+                return v               # a finite u whose norm overflows: _ratio rescales it
             if not math.isfinite(v):
                 held = "weights" if what == "W" else f"direction of the base rule {type(self.base).__name__}"
                 raise FloatingPointError(f"Covariant: the {held} at {path} hold nan or inf (||{what}|| = {v!r})")
@@ -129,6 +131,9 @@ class Covariant(DirectionWrapper):
         u, sb = self.base_direction(ctx, s, x, g, path)
         nw = self._norm(x, "W", path)
         nu = self._norm(u, "u", path)
+        if nu == math.inf:                 # ||u|| / max|u| is finite: the ratio below is taken on u / max|u|
+            u, _ = unit_scaled(u)
+            nu = self._norm(u, "u", path)
         if not (nw > 0.0 and nu > 0.0):
             return u, 0.0, rewrap(s, sb)
         a = lr_t * (nw / nu)

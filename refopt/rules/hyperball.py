@@ -102,11 +102,11 @@ class Hyperball(DirectionWrapper):
         r = float(s.radius)
         nu = fro_norm(u)
         if not math.isfinite(nu):
-            if not np.isfinite(x).all():
-                raise FloatingPointError(f"Hyperball: the weights at {path} hold nan or inf: parameters must be "
-                                         f"finite")
-            raise FloatingPointError(f"Hyperball: the direction of the base rule {type(self.base).__name__} at "
-                                     f"{path} holds nan or inf (||u||_F = {nu!r})")
+            if not np.isfinite(u).all():
+                raise FloatingPointError(f"Hyperball: the direction of the base rule {type(self.base).__name__} "
+                                         f"at {path} holds nan or inf (||u||_F = {nu!r})")
+            u, _ = unit_scaled(u)          # a finite u whose norm overflows: N(u) = N(u / max|u|)
+            nu = fro_norm(u)
         flat = x.reshape(-1)
         if nu > 0.0:                                                     # y = W - lr_t*R*u/||u||
             a = float(ctx.lr_t) * r / nu
