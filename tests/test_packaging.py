@@ -83,3 +83,29 @@ def test_installed_copy_ships_refopt_models_and_no_top_level_models(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines()[0].startswith(str(tmp_path / "site" / "refopt" / "models"))
     assert r.stdout.splitlines()[1] == "(3, 2)"
+
+
+def _top_level_models_imports(source: str) -> list[int]:
+    """Line numbers of ``import models...`` / ``from models... import`` in ``source``."""
+    import ast
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name == "models" or a.name.startswith("models.")
+                                                for a in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None and (
+                node.module == "models" or node.module.startswith("models.")):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_refopt_never_imports_the_checkout_only_top_level_models():
+    """Installed, the models are refopt.models; a top-level ``models`` exists only in a checkout (where the
+    tests run), so an import of it inside refopt works here and fails for every pip user (refopt.testing's
+    GPT property did). Negative control: the check finds such an import in a sample source."""
+    found = {str(p.relative_to(ROOT)): _top_level_models_imports(p.read_text(encoding="utf-8"))
+             for p in (ROOT / "refopt").rglob("*.py")}
+    assert not {k: v for k, v in found.items() if v}
+    assert _top_level_models_imports("def f():\n    from models import gpt\n    import models.mlp\n") == [2, 3]
+    assert _top_level_models_imports("from refopt.models import gpt\nfrom .models import x\n") == []

@@ -273,8 +273,8 @@ def reparametrization_covariance(adapter, *, max_examples=10, rtol=1e-6, matrix_
 
 
 def _gpt_setup(seed):
-    from models import gpt
-    from models import symmetries as sy
+    from refopt.models import gpt
+    from refopt.models import symmetries as sy
     import refopt
 
     cfg = gpt.GPTConfig(vocab_size=7, block_size=4, n_layer=1, n_head=2, n_embd=4, ffn="reglu", ffn_hidden=6,
@@ -319,7 +319,7 @@ def gpt_symmetry_equivariance(adapter, *, max_examples=10, rtol=1e-6, matrix_onl
         motion = max(float(np.max(np.abs(u - v))) for u, v in zip(T(leaves), ta))
         return diff / max(motion, 1e-300)
 
-    from models import gpt  # noqa: F401  (a clear ImportError when models is missing)
+    from refopt.models import gpt  # noqa: F401  (a clear ImportError when the models are missing)
     names = ["qk", "vo", "up_down", "attn_norm", "mlp_norm"]
     strat = st.fixed_dictionaries({"seed": st.integers(0, 100), "sym": st.sampled_from(names),
                                    "c": S.positive_scales(1e-1, 1e1)})
