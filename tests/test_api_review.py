@@ -113,3 +113,42 @@ def test_a_finite_direction_whose_norm_overflows_is_normalised(wrapper):
     bad = {"a": g["a"], "b": np.array([[np.inf, 0.0], [0.0, 0.0]])}
     with pytest.raises(FloatingPointError, match="at b"):
         refopt.update(rule, refopt.init(rule, x), x, bad)
+
+
+class _PureSign:
+    def init(self, params):
+        return {"t": 0, "b": [np.zeros_like(p) for p in params]}
+
+    def step(self, state, params, grads):
+        b = [0.5 * b + g for b, g in zip(state["b"], grads)]
+        return [p - 0.01 * np.sign(v) for p, v in zip(params, b)], {"t": state["t"] + 1, "b": b}
+
+
+class _InPlaceParams(_PureSign):
+    def step(self, state, params, grads):
+        for p, g in zip(params, grads):
+            p -= 0.1 * g
+        return params, state
+
+
+class _InPlaceState(_PureSign):
+    def step(self, state, params, grads):
+        for b, g in zip(state["b"], grads):
+            b *= 0.5
+            b += g
+        return [p - 0.01 * np.sign(v) for p, v in zip(params, state["b"])], state
+
+
+def test_purity_catches_a_numpy_step_that_writes_its_params_or_its_state():
+    """The numpy adapter hands the implementation the arrays themselves (it copied them, so purity could
+    not fail), and purity compares the state too. Negative control: the pure variant holds; torch
+    implementations (in place by design) are n/a."""
+    pytest.importorskip("hypothesis")
+    from refopt.testing import properties as P
+    from refopt.testing.adapters import make_adapter
+
+    verdict = {k: P.purity(make_adapter(impl, framework="numpy"), max_examples=3).holds
+               for k, impl in (("pure", _PureSign()), ("params", _InPlaceParams()), ("state", _InPlaceState()))}
+    assert verdict == {"pure": True, "params": False, "state": False}
+    torch = pytest.importorskip("torch")
+    assert P.purity(make_adapter(torch.optim.SGD, {"lr": 0.1})).holds is None

@@ -372,6 +372,11 @@ class NumpyAdapter(Adapter):
         self.name = name or getattr(impl, "__name__", type(impl).__name__)
 
     def _to(self, tree):
+        """The arrays in the implementation's layout: the caller's arrays themselves in refopt's layout
+        (so that :func:`refopt.testing.properties.purity` sees what the implementation writes), new
+        transposed arrays in torch's."""
+        if self.layout == "refopt":
+            return tree
         xs, _, td = T.flatten(tree)
         return T.unflatten(td, [to_layout(np.asarray(x), self.layout) for x in xs])
 
