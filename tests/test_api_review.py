@@ -152,3 +152,45 @@ def test_purity_catches_a_numpy_step_that_writes_its_params_or_its_state():
     assert verdict == {"pure": True, "params": False, "state": False}
     torch = pytest.importorskip("torch")
     assert P.purity(make_adapter(torch.optim.SGD, {"lr": 0.1})).holds is None
+
+
+class _NormSGD:
+    """x - lr g/||g||: orthogonally equivariant exactly (a numpy implementation)."""
+
+    def init(self, params):
+        return {}
+
+    def step(self, state, params, grads):
+        return [p - 0.1 * g / np.linalg.norm(g) for p, g in zip(params, grads)], state
+
+
+def test_property_functions_scale_their_default_tolerance_to_float32():
+    """rtol=None: 1e-6 in float64, 1e-3 in float32 (a correct float32 rule's rounding reached 1.2e-6
+    against the old fixed 1e-6). Negative control: an explicit rtol=1e-9 in float32 still fails it, and a
+    coordinatewise (not equivariant) variant fails at the float32 default."""
+    pytest.importorskip("hypothesis")
+    from refopt.testing import properties as P
+    from refopt.testing.adapters import make_adapter
+
+    ad = make_adapter(_NormSGD(), framework="numpy")
+    assert P.orthogonal_equivariance(ad, dtype=np.float32, max_examples=5).holds is True
+    assert P.orthogonal_equivariance(ad, dtype=np.float64, max_examples=5).holds is True
+    assert P.orthogonal_equivariance(ad, dtype=np.float32, rtol=1e-9, max_examples=5).holds is False
+    sign = make_adapter(type("SignSGD", (), {"init": lambda self, p: {},
+                                             "step": lambda self, s, p, g: ([a - 0.1 * np.sign(b) for a, b in
+                                                                            zip(p, g)], s)})(), framework="numpy")
+    assert P.orthogonal_equivariance(sign, dtype=np.float32, max_examples=5).holds is False
+
+
+def test_the_documented_partition_expression_parses_and_inits():
+    """The example of refopt.crosscheck.expr's label_functions docstring runs as written."""
+    import warnings
+
+    from refopt.crosscheck import expr
+
+    doc = expr.label_functions.__doc__
+    example = doc[doc.index("``Partition(") + 2:doc.index(")``", doc.index("``Partition(")) + 1]
+    rule = expr.parse_rule(example)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # both labels are used: no 'unused rule' warning
+        refopt.init(rule, {"w": np.ones((3, 2)), "b": np.ones(2)})

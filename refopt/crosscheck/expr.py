@@ -66,7 +66,8 @@ def constructors() -> dict[str, Callable]:
 def label_functions() -> dict[str, Callable]:
     """{name: function} of refopt's public parameter-label functions (``matrix_labels``, ``gpt_labels``,
     ...: every function in ``refopt.__all__`` whose name ends in ``_labels``), usable bare as a value,
-    e.g. ``Partition({"matrix": Muon(), "other": AdamW()}, labels=matrix_labels)``."""
+    e.g. ``Partition({"hidden": Muon(), "other": AdamW()}, labels=matrix_labels)`` (matrix_labels gives
+    'hidden' to 2-D arrays, 'other' to the rest)."""
     import refopt
 
     return {n: getattr(refopt, n) for n in getattr(refopt, "__all__", [])

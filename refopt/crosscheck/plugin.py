@@ -28,6 +28,7 @@ closer than the rule; 5 times for the bfloat16 tier), or else the closest one, m
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,7 +72,9 @@ def _matrix_only(rule) -> bool:
     """True when the rule refuses 1-D arrays (Muon): the problems then keep their matrices only."""
     import refopt
     try:
-        refopt.init(rule, [np.ones(3)])
+        with warnings.catch_warnings():   # about refopt's own probe tree, not the user's params
+            warnings.simplefilter("ignore")
+            refopt.init(rule, [np.ones(3)])
     except ValueError:
         return True
     return False

@@ -1,10 +1,11 @@
 r"""Invariance properties of optimizer steps, runnable on any implementation (needs hypothesis).
 
-Each property is a function ``prop(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, lr=None)
--> Outcome`` that draws inputs with hypothesis (:mod:`refopt.testing.strategies`; derandomized, no
+Each property is a function ``prop(adapter, *, max_examples=10, rtol=None, matrix_only=False, lr=None,
+dtype=np.float64) -> Outcome`` that draws inputs with hypothesis (:mod:`refopt.testing.strategies`; derandomized, no
 example database), runs the adapter (:mod:`refopt.testing.adapters`; params in refopt's layout) and
 measures a relative error ``err``; the property holds when ``err <= rtol`` on every example
-(default 1e-5 in float64: Adam's eps = 1e-8 to 1e-6 against gradients >= 0.1 stays below it). When it
+(rtol None: 1e-6 for float64 inputs, 1e-3 for float32 ones; :func:`invariants` uses 1e-5 / 1e-3: Adam's
+eps = 1e-8 to 1e-6 against gradients >= 0.1 stays below 1e-5). When it
 fails, hypothesis shrinks the input and the :class:`Outcome` carries the shrunk counterexample. Below
 ``x_t = step^t(x_0; g_1..g_t)`` is the trajectory over k = 3 steps from a fresh state on a drawn gradient
 stream (open loop), ``D = max_t max|x_t - x_0|`` the size of the motion, errors are max-norm:
@@ -47,6 +48,7 @@ stream (open loop), ``D = max_t max|x_t - x_0|`` the size of the motion, errors 
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -187,7 +189,21 @@ def _case(matrix_only, dtype, steps=STEPS, big=False):
                      st.integers(0, 2 ** 16), st.floats(math.log(1e-1), math.log(1e1)))
 
 
-def gradient_scale_invariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, dtype=np.float64,
+
+def _dtype_rtol(prop):
+    """``rtol=None`` (the default) becomes 1e-6 for float64 inputs and 1e-3 for float32 ones (float32's
+    eps is 1.2e-7: a correct rule's rounding over a few steps reaches 1e-6), as :func:`invariants` scales
+    its own default."""
+    @functools.wraps(prop)
+    def wrapped(adapter, *, rtol=None, dtype=np.float64, **kw):
+        if rtol is None:
+            rtol = 1e-6 if np.dtype(dtype) == np.float64 else 1e-3
+        return prop(adapter, rtol=rtol, dtype=dtype, **kw)
+    return wrapped
+
+
+@_dtype_rtol
+def gradient_scale_invariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64,
                               scales=(1e-1, 1e1), **_):
     def check(case):
         c = case["c"]
@@ -198,7 +214,8 @@ def gradient_scale_invariance(adapter, *, max_examples=10, rtol=1e-6, matrix_onl
     return run_property("gradient_scale_invariance", strat, check, max_examples, rtol)
 
 
-def parameter_scale_covariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, dtype=np.float64,
+@_dtype_rtol
+def parameter_scale_covariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64,
                                scales=(1e-1, 1e1), **_):
     def check(case):
         c1, c2 = case["c1"], case["c2"]
@@ -210,7 +227,8 @@ def parameter_scale_covariance(adapter, *, max_examples=10, rtol=1e-6, matrix_on
     return run_property("parameter_scale_covariance", strat, check, max_examples, rtol)
 
 
-def orthogonal_equivariance(adapter, *, max_examples=10, rtol=1e-6, dtype=np.float64, **_):
+@_dtype_rtol
+def orthogonal_equivariance(adapter, *, max_examples=10, rtol=None, dtype=np.float64, **_):
     def rot(case, a):
         us, vs = case["U"], case["V"]
         return [(u @ x.astype(np.float64) @ v.T).astype(dtype) for x, u, v in zip(a, us, vs)]
@@ -229,7 +247,8 @@ def orthogonal_equivariance(adapter, *, max_examples=10, rtol=1e-6, dtype=np.flo
     return run_property("orthogonal_equivariance", strat, check, max_examples, rtol)
 
 
-def permutation_equivariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, dtype=np.float64, **_):
+@_dtype_rtol
+def permutation_equivariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64, **_):
     def perm(case, a):
         return [x.reshape(-1)[p].reshape(x.shape) for x, p in zip(a, case["P"])]
 
@@ -246,7 +265,8 @@ def permutation_equivariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only
     return run_property("permutation_equivariance", strat, check, max_examples, rtol)
 
 
-def reparametrization_covariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, dtype=np.float64, **_):
+@_dtype_rtol
+def reparametrization_covariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64, **_):
     def run(case, c):
         s = adapter.init([x / c for x in case["x0"]])
         v = [np.array(x / c) for x in case["x0"]]
@@ -290,7 +310,8 @@ def _gpt_setup(seed):
     return cfg, leaves, paths, td, x, y, gpt, sy
 
 
-def gpt_symmetry_equivariance(adapter, *, max_examples=10, rtol=1e-6, matrix_only=False, dtype=np.float64, **_):
+@_dtype_rtol
+def gpt_symmetry_equivariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64, **_):
     import refopt
 
     def check(case):
@@ -328,7 +349,8 @@ def gpt_symmetry_equivariance(adapter, *, max_examples=10, rtol=1e-6, matrix_onl
     return run_property("gpt_symmetry_equivariance", strat, check, max_examples, rtol)
 
 
-def mup_step_size(adapter, *, max_examples=10, rtol=1e-6, lr=None, dtype=np.float64, **_):
+@_dtype_rtol
+def mup_step_size(adapter, *, max_examples=10, rtol=None, lr=None, dtype=np.float64, **_):
     if lr is None:
         return Outcome("mup_step_size", None, note="needs the rule's lr")
 
