@@ -194,3 +194,28 @@ def test_the_documented_partition_expression_parses_and_inits():
     with warnings.catch_warnings():
         warnings.simplefilter("error")          # both labels are used: no 'unused rule' warning
         refopt.init(rule, {"w": np.ones((3, 2)), "b": np.ones(2)})
+
+
+class _Upcast:
+    def init(self, params):
+        return {}
+
+    def step(self, state, params, grads):
+        return [p.astype(np.float64) - 0.1 * g for p, g in zip(params, grads)], state
+
+
+def test_an_implementation_returning_another_dtype_is_named_as_its_result():
+    """float32 params stepped into float64 is the implementation's bug, reported as such (UserCodeError,
+    exit 3 in the CLI) naming the leaf, not a usage error blaming the inputs. Negative control: the same
+    step keeping float32 passes."""
+    from refopt.testing.adapters import UserCodeError, make_adapter
+
+    ad = make_adapter(_Upcast(), framework="numpy")
+    x = [np.ones(3, np.float32), np.ones((2, 2), np.float32)]
+    g = [np.full(3, 0.5, np.float32), np.full((2, 2), 0.5, np.float32)]
+    with pytest.raises(UserCodeError, match=r"returned float64 \(3,\) params for float32 \(3,\) inputs at leaf \[0\]"):
+        ad.step(ad.init(x), x, g)
+    keep = make_adapter(type("Keep", (_Upcast,), {"step": lambda self, s, p, g: ([a - 0.1 * b for a, b in zip(p, g)],
+                                                                                  s)})(), framework="numpy")
+    new, _ = keep.step(keep.init(x), x, g)
+    assert [a.dtype for a in new] == [np.float32, np.float32]

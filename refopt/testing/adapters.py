@@ -67,6 +67,18 @@ class UserCodeError(RuntimeError):
         super().__init__(f"{where} raised: {self.last_line}")
 
 
+def _check_returned(where: str, xs: list, new: list, paths: list[str]) -> None:
+    """The params an implementation returns must keep the inputs' shapes and dtypes (float32 stays float32):
+    :class:`UserCodeError` naming the first leaf that does not (it is the implementation's result)."""
+    if len(new) != len(xs):
+        raise UserCodeError(where, ValueError(f"returned {len(new)} params arrays for {len(xs)} inputs"))
+    for x, a, p in zip(xs, new, paths):
+        if a.shape != x.shape or a.dtype != x.dtype:
+            raise UserCodeError(where, ValueError(
+                f"returned {a.dtype} {a.shape} params for {x.dtype} {x.shape} inputs at leaf {p} (an optimizer "
+                f"keeps its params' shape and dtype: float32 stays float32)"))
+
+
 def _perm(ndim: int) -> tuple[int, ...]:
     return (ndim - 1, ndim - 2, *range(ndim - 2))
 
@@ -318,6 +330,7 @@ class OptaxAdapter(Adapter):
                 new = [from_layout(np.asarray(a), self.layout) for a in new]
             except Exception as e:
                 raise UserCodeError(f"{self.name}(...).update", e) from e
+        _check_returned(f"{self.name}(...).update", xs, new, T.flatten(params)[1])
         return T.unflatten(td, new), state
 
     def state_arrays(self, state) -> dict:
@@ -387,13 +400,14 @@ class NumpyAdapter(Adapter):
             raise UserCodeError(f"{self.name}.init", e) from e
 
     def step(self, state, params, grads):
-        _, _, _, td = T.check_like(params, grads)
+        xs, _, paths, td = T.check_like(params, grads)
         try:
             new, state = self.impl.step(state, self._to(params), self._to(grads))
         except Exception as e:
             raise UserCodeError(f"{self.name}.step", e) from e
-        xs, _, _ = T.flatten(new)
-        return T.unflatten(td, [from_layout(np.asarray(x), self.layout) for x in xs]), state
+        out = [from_layout(np.asarray(x), self.layout) for x in T.flatten(new)[0]]
+        _check_returned(f"{self.name}.step", xs, out, paths)
+        return T.unflatten(td, out), state
 
     def state_arrays(self, state) -> dict:
         out: dict[str, list] = {}
