@@ -219,3 +219,15 @@ def test_an_implementation_returning_another_dtype_is_named_as_its_result():
                                                                                   s)})(), framework="numpy")
     new, _ = keep.step(keep.init(x), x, g)
     assert [a.dtype for a in new] == [np.float32, np.float32]
+
+
+def test_compare_summary_times_the_steps_after_the_first():
+    """summary.csv's ms_per_step leaves out the first step (numba compiles there), as compare.png's wall-time
+    panel does; first_step_s reports it. Negative control: with a slow first step the old whole-run average
+    would be ten times larger."""
+    from refopt.cli.compare import summary_row
+
+    rows = [{"step": k + 1, "loss": 1.0, "_seconds": 1.0 + 0.01 * k} for k in range(100)]   # 1 s, then 10 ms
+    row = summary_row("sgd", {"rows": rows, "lr": 0.1, "final": {"val_loss": 0.5}, "seconds": rows[-1]["_seconds"]})
+    assert row["first_step_s"] == 1.0 and abs(row["ms_per_step"] - 10.0) < 1e-9
+    assert abs(1000 * row["seconds"] / len(rows) - 10.0) > 5                                   # the old figure

@@ -44,11 +44,7 @@ def run(args: argparse.Namespace) -> int:
         result = train.train_one(a, progress_desc=name)
         runs[name] = result
         rows = result["rows"]
-        tail = rows[-max(1, len(rows) // 10):]
-        summary.append({"optimizer": name, "lr": result["lr"], "steps": len(rows),
-                        "train_loss_last10pct": float(np.mean([r["loss"] for r in tail])),
-                        **result["final"], "seconds": result["seconds"],
-                        "ms_per_step": 1000 * result["seconds"] / len(rows)})
+        summary.append(summary_row(name, result))
         output.write_csv(os.path.join(out, f"metrics_{name}.csv"), rows, train.metric_columns(rows))
     cols = list(summary[0])
     output.write_csv(os.path.join(out, "summary.csv"), summary, cols)
@@ -58,6 +54,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out}/{{summary.csv, compare.png, metrics_*.csv}}")
     return 0
 
+
+
+def summary_row(name: str, result: dict) -> dict:
+    """One line of summary.csv: the final metrics, the whole run's ``seconds``, ``first_step_s`` (the first
+    step, which compiles the rule's kernels on a cold numba cache) and ``ms_per_step`` over the steps after
+    it (as the wall-time panel of compare.png measures them: a rule compiled first is not slower)."""
+    rows = result["rows"]
+    tail = rows[-max(1, len(rows) // 10):]
+    first = rows[0]["_seconds"]
+    after = (rows[-1]["_seconds"] - first) / (len(rows) - 1) if len(rows) > 1 else first
+    return {"optimizer": name, "lr": result["lr"], "steps": len(rows),
+            "train_loss_last10pct": float(np.mean([r["loss"] for r in tail])), **result["final"],
+            "seconds": result["seconds"], "first_step_s": first, "ms_per_step": 1000 * after}
 
 def _smooth(y, k):
     if len(y) < k or k <= 1:
