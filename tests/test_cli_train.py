@@ -193,3 +193,31 @@ def test_schedule_free_warmup_is_logged_in_the_lr_column(tmp_path):
     assert lrs == [0.125, 0.25, 0.375, 0.5, 0.5, 0.5]
     rule = json.loads((tmp_path / "config.json").read_text())["rule"]
     assert rule["warmup_steps"] == 4 and rule["schedule"] is None
+
+
+def test_a_second_run_into_the_same_out_is_refused_unless_overwrite(tmp_path, capsys):
+    """refopt train / compare never replace a previous run silently: a directory holding their outputs is
+    refused (exit 2, one line) unless --overwrite, which also removes the previous compare's per-rule files
+    (no stale metrics_NAME.csv next to the new summary). Negative control: --resume into its own directory
+    and a directory holding only other files are fine."""
+    tiny = ["--model", "mlp", "--steps", "4", "--batch-size", "16", "--hidden", "8", "--no-progress",
+            "--eval-interval", "2"]
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--stop-after", "2", *tiny]) == 0
+    before = (out / "metrics.csv").read_text()
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), *tiny]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "--overwrite" in err and "\n" not in err.strip()
+    assert (out / "metrics.csv").read_text() == before
+    assert main(["train", "--resume", str(out), "--no-progress"]) == 0          # its own run: continued
+    assert main(["train", "--out", str(out), "--overwrite", *tiny]) == 0
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(["train", "--out", str(other), *tiny]) == 0 and (other / "notes.txt").read_text() == "mine"
+    cmp = tmp_path / "cmp"
+    assert main(["compare", "--out", str(cmp), "--optimizers", "sgd,adam", *tiny]) == 0
+    assert main(["compare", "--out", str(cmp), "--optimizers", "adamw", *tiny]) == 2
+    assert main(["compare", "--out", str(cmp), "--optimizers", "adamw", "--overwrite", *tiny]) == 0
+    assert sorted(p.name for p in cmp.glob("metrics_*.csv")) == ["metrics_adamw.csv"]

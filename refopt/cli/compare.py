@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"--optimizers lists a name twice: {names}")
     train.check_options(args, names)       # an option none of the chosen optimizers uses is an error
-    out = output.prepare_out(args.out)
+    out = output.prepare_out(args.out, ("summary.csv", "compare.png", "metrics_*.csv"), args.overwrite)
     runs, summary = {}, []
     for name in names:
         a = copy.copy(args)

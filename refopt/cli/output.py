@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import os
 import platform
@@ -10,13 +11,25 @@ from importlib import metadata
 import numpy as np
 
 
-def prepare_out(path: str) -> str:
-    """Create ``path`` (and parents) if needed and check it is a writable directory; return it.
+def prepare_out(path: str, outputs: tuple = (), overwrite: bool = True) -> str:
+    """Create ``path`` (and parents) if needed and check it is a writable directory; return it. Unless
+    ``overwrite``, a directory already holding one of ``outputs`` (file names or glob patterns of the
+    command's own outputs: a previous run) is refused; with it, those files are removed first (so that
+    no output of the previous run is left next to the new ones).
 
-    Raises: ValueError (one line) when it is a file, cannot be created, or is not writable.
+    Raises: ValueError (one line) when it is a file, cannot be created, is not writable, or holds a run.
     """
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"--out {path} exists and is not a directory")
+    found = sorted({os.path.basename(f) for pat in outputs for f in glob.glob(os.path.join(glob.escape(path), pat))})
+    if found and not overwrite:
+        raise ValueError(f"--out {path} already holds a run ({', '.join(found[:4])}{', ...' if len(found) > 4 else ''}); "
+                         f"pass --overwrite to replace it, or choose another --out")
+    for name in found:
+        try:
+            os.remove(os.path.join(path, name))
+        except OSError as e:
+            raise ValueError(f"--overwrite: cannot remove {os.path.join(path, name)}: {e.strerror}") from None
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:

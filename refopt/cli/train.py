@@ -31,9 +31,11 @@ DEFAULTS = {  # per-model defaults of the options left at None
     "mlp": {"optimizer": "adamw", "schedule": "constant", "warmup": 0, "steps": 600, "batch_size": 64},
 }
 #: settings a resumed run may change; all others come from the checkpointed run's config.json
-RESUMABLE = ("out", "no_progress", "stop_after", "checkpoint_interval")
+RESUMABLE = ("out", "no_progress", "stop_after", "checkpoint_interval", "overwrite")
 #: attributes of the parsed arguments that are not settings of the run (not written to config.json)
-NOT_SETTINGS = ("schedule_fn", "resume", "explicit_options", "debug")
+NOT_SETTINGS = ("schedule_fn", "resume", "explicit_options", "debug", "overwrite")
+#: what refopt train writes into --out (a directory holding one of them holds a run)
+OUTPUTS = ("metrics.csv", "config.json", "loss.png", "sample.txt", "checkpoint.npz", "diagnostics.png")
 #: options that only one model uses
 MODEL_OPTIONS = {"mlp": ("hidden",),
                  "gpt": ("data", "n_layer", "n_embd", "n_head", "block_size", "ffn", "qk_norm", "untie_head",
@@ -60,6 +62,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES),
                    help="floating type of the parameters, the data and the optimizer state")
     p.add_argument("--out", default="runs/train", help="output directory (created if missing)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the outputs of a previous run in --out (without it, such a directory is refused)")
     p.add_argument("--eval-interval", type=int, default=50,
                    help="steps between evaluations on the validation split (the test split for the MLP)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -296,10 +300,12 @@ def _parse(v: str):
 def run(args: argparse.Namespace) -> int:
     previous: list[dict] = []
     start = ckpt = None
+    resumed = args.resume
     if args.resume is not None:
         args, ckpt, previous = _load_resume(args)
     task, rule, lr, steps = prepare(args)
-    out = output.prepare_out(args.out)
+    own = resumed is not None and os.path.realpath(args.out) == os.path.realpath(resumed)   # its own run
+    out = output.prepare_out(args.out, () if own else OUTPUTS, getattr(args, "overwrite", False))
     if ckpt is not None:
         if refopt.checkpoint.rule_to_json(ckpt.rule) != refopt.checkpoint.rule_to_json(rule):
             raise ValueError(f"--resume: the checkpointed rule differs from the one {args.resume} describes")
