@@ -204,9 +204,18 @@ def test_t03_gradient_identity_holds_along_training_but_per_weight_terms_do_not_
 
 def test_t03_main_writes_png(t03_run, tmp_path):
     t03, _, _ = t03_run
-    r = t03.main(["--out", str(tmp_path), "--steps", "2", "-f", "kernel.json"])   # unknown args ignored
+    r = t03.main(["--out", str(tmp_path), "--steps", "2", "-f", "kernel.json"])   # a kernel's -f is ignored
     assert (tmp_path / "t03_joint_symmetries.png").read_bytes()[:8] == PNG_MAGIC
     assert r["training"]["max_residual"] < 1e-12
+
+
+@pytest.mark.parametrize("name", ["t03_joint_symmetries", "t10_newton_schulz"])
+def test_a_mistyped_tutorial_option_is_an_error(name, tmp_path, capsys):
+    """A teacher's `--stpes 3` must not silently run the default figure (exit 2 naming the option)."""
+    mod = load_tutorial(name)
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--out", str(tmp_path), "--stpes", "3", "-f", "kernel.json"])
+    assert e.value.code == 2 and "unrecognized arguments: --stpes 3" in capsys.readouterr().err
 
 
 # ---- t04 (seed 000): AdamW's ELR, measured ------------------------------------------------------------------

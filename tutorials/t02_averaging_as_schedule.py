@@ -256,7 +256,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=20)
-    a, _ = ap.parse_known_args(argv)
+    a, unknown = ap.parse_known_args(argv)
+    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
+    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
     if a.steps < 1 or a.eval_every < 1:
         ap.error("--steps and --eval-every must be >= 1")
     os.makedirs(a.out, exist_ok=True)

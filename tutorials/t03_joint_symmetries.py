@@ -213,7 +213,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=60, help="AdamW steps of the identity run")
     ap.add_argument("--c", type=float, default=2.5, help="the scale of the rescalings")
     ap.add_argument("--seed", type=int, default=0)
-    a, _ = ap.parse_known_args(argv)
+    a, unknown = ap.parse_known_args(argv)
+    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
+    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
     os.makedirs(a.out, exist_ok=True)
     tr = identity_along_training(a.steps, seed=a.seed)
     inv = invariances(tr["params"], tr["config"], *tr["batch"], c=a.c, seed=a.seed)

@@ -229,7 +229,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--sweep-steps", type=int, default=100)
     ap.add_argument("--k", type=int, default=5, help="steps of the coordinate check")
     ap.add_argument("--seed", type=int, default=0)
-    a, _ = ap.parse_known_args(argv)
+    a, unknown = ap.parse_known_args(argv)
+    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
+    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
     os.makedirs(a.out, exist_ok=True)
     data = load_digits(dtype=np.float64)
     table = linear_layer_table(seed=a.seed)

@@ -179,7 +179,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=400, help="steps of each run of the lr sweep")
     ap.add_argument("--epochs", type=int, default=20, help="epochs of the data-size runs")
     ap.add_argument("--seed", type=int, default=0)
-    a, _ = ap.parse_known_args(argv)
+    a, unknown = ap.parse_known_args(argv)
+    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
+    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
     os.makedirs(a.out, exist_ok=True)
     data = load_digits(dtype=np.float64)
     sw = lr_sweep(steps=a.steps, seed=a.seed, data=data)

@@ -155,7 +155,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="runs/tutorials", help="output folder")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--no-peers", action="store_true", help="do not import torch / optax")
-    a, _ = ap.parse_known_args(argv)
+    a, unknown = ap.parse_known_args(argv)
+    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
+    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
     os.makedirs(a.out, exist_ok=True)
     r = run(a.steps, peers=not a.no_peers)
     print("constant gradient, |step|/lr of refopt.Adam at t = 1, 10, 100: " + "; ".join(

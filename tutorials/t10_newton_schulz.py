@@ -98,7 +98,10 @@ def main(argv=None) -> dict:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", default="runs/tutorials", help="output folder")
     ap.add_argument("--lo", type=float, default=1e-3, help="lower end of the band")
-    a, _ = ap.parse_known_args(argv)
+    a, unknown = ap.parse_known_args(argv)
+    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
+    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
     os.makedirs(a.out, exist_ok=True)
     r = run(a.lo)
     for name in PRESETS:
