@@ -231,3 +231,17 @@ def test_compare_summary_times_the_steps_after_the_first():
     row = summary_row("sgd", {"rows": rows, "lr": 0.1, "final": {"val_loss": 0.5}, "seconds": rows[-1]["_seconds"]})
     assert row["first_step_s"] == 1.0 and abs(row["ms_per_step"] - 10.0) < 1e-9
     assert abs(1000 * row["seconds"] / len(rows) - 10.0) > 5                                   # the old figure
+
+
+def test_rule_expressions_offer_only_path_array_label_functions():
+    """mlp_labels(params) builds a labels tree from the whole params: offered bare in a --rule expression it
+    could never work (an internal error at init). Only (path, array) functions are names there; an
+    expression naming mlp_labels is a clear ValueError at parse time. Negative control: matrix_labels and
+    gpt_labels still parse."""
+    from refopt.crosscheck import expr
+
+    assert set(expr.label_functions()) == {"matrix_labels", "gpt_labels"}
+    with pytest.raises(ValueError, match="mlp_labels"):
+        expr.parse_rule('Partition(rules={"hidden": AdamW(), "other": AdamW()}, labels=mlp_labels)')
+    for name in ("matrix_labels", "gpt_labels"):
+        expr.parse_rule(f'Partition(rules={{"hidden": Muon(), "other": AdamW()}}, labels={name})')

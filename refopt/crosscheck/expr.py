@@ -65,13 +65,26 @@ def constructors() -> dict[str, Callable]:
 
 def label_functions() -> dict[str, Callable]:
     """{name: function} of refopt's public parameter-label functions (``matrix_labels``, ``gpt_labels``,
-    ...: every function in ``refopt.__all__`` whose name ends in ``_labels``), usable bare as a value,
+    ...: every function in ``refopt.__all__`` whose name ends in ``_labels`` and that takes (path, array);
+    not ``mlp_labels``, which builds a labels tree from the whole params), usable bare as a value,
     e.g. ``Partition({"hidden": Muon(), "other": AdamW()}, labels=matrix_labels)`` (matrix_labels gives
     'hidden' to 2-D arrays, 'other' to the rest)."""
     import refopt
 
     return {n: getattr(refopt, n) for n in getattr(refopt, "__all__", [])
-            if n.endswith("_labels") and callable(getattr(refopt, n, None))}
+            if n.endswith("_labels") and callable(getattr(refopt, n, None)) and _takes_path_and_array(getattr(refopt, n))}
+
+
+def _takes_path_and_array(fn) -> bool:
+    """True for a label function ``(path, x) -> label``; False for a builder of a labels tree from the whole
+    params (``mlp_labels(params)``), which an expression cannot call on the problem's params."""
+    try:
+        ps = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    required = [p for p in ps if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(required) == 2
 
 
 def _returns(fn) -> str:
