@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import importlib
 
+#: the versions pinned by the ``peers`` extra of pyproject.toml, whose behaviour the tolerances and the
+#: divergence atlas were measured on
 INSTALL = {
     "torch": "pip install torch==2.13.0",
-    "optax": "pip install jax jaxlib optax",
-    "schedulefree": "pip install torch==2.13.0 && pip install schedulefree",
+    "optax": "pip install jax==0.10.2 jaxlib==0.10.2 optax==0.2.8",
+    "schedulefree": "pip install torch==2.13.0 && pip install schedulefree==1.4.1",
 }
 
 
