@@ -170,7 +170,7 @@ def _cli(argv):
 def test_cli_missing_requested_peer_exits_2_with_a_clear_message(monkeypatch, capsys):
     _pretend_missing(monkeypatch, "optax")
     assert _cli(["--against", "optax", "--steps", "2"]) == 2
-    assert "pip install jax jaxlib optax" in capsys.readouterr().err
+    assert "pip install jax==0.10.2 jaxlib==0.10.2 optax==0.2.8" in capsys.readouterr().err
 
 
 def test_cli_rejects_bad_steps():

@@ -5,7 +5,7 @@ the adapter. Skipped when optax is not installed (CI installs it)."""
 import numpy as np
 import pytest
 
-pytest.importorskip("optax", reason="peer optax not installed: pip install jax jaxlib optax")
+pytest.importorskip("optax", reason="peer optax not installed: pip install jax==0.10.2 jaxlib==0.10.2 optax==0.2.8")
 
 from crosscheck_helpers import assert_caught, assert_passes, ids, presets  # noqa: E402
 
