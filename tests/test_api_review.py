@@ -245,3 +245,53 @@ def test_rule_expressions_offer_only_path_array_label_functions():
         expr.parse_rule('Partition(rules={"hidden": AdamW(), "other": AdamW()}, labels=mlp_labels)')
     for name in ("matrix_labels", "gpt_labels"):
         expr.parse_rule(f'Partition(rules={{"hidden": Muon(), "other": AdamW()}}, labels={name})')
+
+
+def _user_torch_muon(lr_factor):
+    """A user's torch Muon with torch.optim.Muon's conventions (EMA momentum, Nesterov lerp, decoupled decay
+    with the unadjusted lr, sqrt(max(1, A/B)) scale) but Newton-Schulz in the params' dtype."""
+    import math
+
+    import torch
+
+    def ns(G, a=3.4445, b=-4.7750, c=2.0315):
+        X = G / G.norm().clamp(min=1e-7)
+        tall = G.size(0) > G.size(1)
+        X = X.T if tall else X
+        for _ in range(5):
+            A = X @ X.T
+            X = a * X + (b * A + c * A @ A) @ X
+        return X.T if tall else X
+
+    class UserMuon(torch.optim.Optimizer):
+        def __init__(self, params, lr=0.02, momentum=0.95, weight_decay=0.1):
+            super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+
+        @torch.no_grad()
+        def step(self, closure=None):
+            for gr in self.param_groups:
+                for p in gr["params"]:
+                    buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                    buf.lerp_(p.grad, 1 - gr["momentum"])
+                    o = ns(p.grad.lerp(buf, gr["momentum"]))
+                    p.mul_(1 - gr["lr"] * gr["weight_decay"])
+                    p.add_(o, alpha=-gr["lr"] * lr_factor * math.sqrt(max(1, p.shape[0] / p.shape[1])))
+    return UserMuon
+
+
+def test_a_users_torch_muon_gets_no_bfloat16_tolerance():
+    """The 6 % update tolerance exists for torch.optim.Muon's bfloat16 Newton-Schulz; a user's own torch Muon
+    computing in float64 is judged as any implementation, so a 2.5 % lr error is a DIFFER (it passed before
+    under the bfloat16 tier). Negative control: the correct user Muon agrees, and torch.optim.Muon keeps its
+    tier."""
+    torch = pytest.importorskip("torch")
+    from refopt.crosscheck.plugin import bf16_newton_schulz, check_impl
+    from refopt.testing.adapters import make_adapter
+
+    kw = dict(rule="Muon.like_torch(lr=0.02)", kwargs={"lr": 0.02}, steps=10, problems=("stream", "quadratic"))
+    assert check_impl(_user_torch_muon(1.0), **kw).agree
+    off = check_impl(_user_torch_muon(1.025), **kw)
+    assert not off.agree and off.exit_code == 1
+    assert not bf16_newton_schulz(make_adapter(_user_torch_muon(1.0), {"lr": 0.02}))
+    if hasattr(torch.optim, "Muon"):
+        assert bf16_newton_schulz(make_adapter(torch.optim.Muon, {"lr": 0.02}))

@@ -578,7 +578,7 @@ def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = N
     its exit code is 1 when a property the refopt rule satisfies fails for the implementation.
     Raises UserCodeError when the implementation raises outside an input it refuses."""
     from refopt.crosscheck.expr import parse_rule, to_expr
-    from refopt.crosscheck.plugin import tolerance_tiers
+    from refopt.crosscheck.plugin import bf16_newton_schulz, tolerance_tiers
     from refopt.testing.expected import expected
 
     if isinstance(rule, str):
@@ -589,7 +589,7 @@ def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = N
     adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout, name)
     if rtol is None:
         rtol = 1e-5 if dt is np.float64 else 1e-3
-        if any("bfloat16" in n for n, _ in tolerance_tiers(rule, adapter.framework)):
+        if any("bfloat16" in n for n, _ in tolerance_tiers(rule, adapter.framework, bf16_newton_schulz(adapter))):
             rtol = 0.06
     ref = RuleAdapter(rule)
     mo = _matrix_only(rule)
