@@ -295,3 +295,34 @@ def test_a_users_torch_muon_gets_no_bfloat16_tolerance():
     assert not bf16_newton_schulz(make_adapter(_user_torch_muon(1.0), {"lr": 0.02}))
     if hasattr(torch.optim, "Muon"):
         assert bf16_newton_schulz(make_adapter(torch.optim.Muon, {"lr": 0.02}))
+
+
+def test_a_torch_optimizer_driven_by_an_lr_scheduler_steps_through_the_adapter():
+    """A torch LR scheduler replaces optimizer.step by a wrapper bound to the original optimizer; the
+    adapter's per-step clone used to call it, so the clone never moved and every property 'held'. With a
+    constant LambdaLR the implementation is plain AdamW: it must agree with AdamW exactly; with a cosine
+    LambdaLR it must agree with the rule's schedule. Negative control: the schedule counted one step off
+    is a DIFFER."""
+    torch = pytest.importorskip("torch")
+    import math
+
+    from refopt.crosscheck.plugin import check_impl
+
+    def scheduled(f):
+        class Scheduled(torch.optim.AdamW):
+            def __init__(self, params, **kw):
+                super().__init__(params, **kw)
+                self.sched = torch.optim.lr_scheduler.LambdaLR(self, f)
+
+            def step(self, closure=None):
+                out = super().step(closure)
+                self.sched.step()
+                return out
+        return Scheduled
+
+    kw = dict(kwargs={"lr": 0.01}, steps=6, problems=("stream",))
+    assert check_impl(scheduled(lambda e: 1.0), rule="AdamW(lr=0.01)", **kw).agree
+    cos = lambda t: 0.5 * (1 + math.cos(math.pi * min(t, 10) / 10))      # noqa: E731 (gamma of step t + 1)
+    rule = refopt.AdamW(lr=0.01, schedule=lambda t: 0.5 * (1 + math.cos(math.pi * min(t - 1, 10) / 10)))
+    assert check_impl(scheduled(cos), rule=rule, **kw).agree
+    assert not check_impl(scheduled(lambda e: cos(e + 1)), rule=rule, **kw).agree

@@ -39,6 +39,7 @@ torch or JAX/optax is missing; ValueError for a bad layout or an object that fit
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -177,6 +178,18 @@ def _clone(opt, memo: dict):
     new = opt.__class__.__new__(opt.__class__)
     memo[id(opt)] = new
     new.__dict__.update(copy.deepcopy(opt.__dict__, memo))
+    step = new.__dict__.get("step")
+    if getattr(step, "_wrapped_by_lr_sched", False):
+        # a torch LR scheduler replaced opt.step by a wrapper calling the *original* optimizer (a function is
+        # not copied by deepcopy): the clone gets the same wrapper around its own step
+        inner = step.__wrapped__
+
+        @functools.wraps(inner)
+        def wrapper(*args, **kwargs):
+            new._opt_called = True
+            return inner(new, *args, **kwargs)
+        wrapper._wrapped_by_lr_sched = True
+        new.step = wrapper
     return new
 
 
