@@ -326,3 +326,30 @@ def test_a_torch_optimizer_driven_by_an_lr_scheduler_steps_through_the_adapter()
     rule = refopt.AdamW(lr=0.01, schedule=lambda t: 0.5 * (1 + math.cos(math.pi * min(t - 1, 10) / 10)))
     assert check_impl(scheduled(cos), rule=rule, **kw).agree
     assert not check_impl(scheduled(lambda e: cos(e + 1)), rule=rule, **kw).agree
+
+
+class _AdamNoOneMinusBeta1:
+    """A numpy Adam whose first moment lacks the (1 - beta1) factor (m 10x too large); state {'m', 'v'}."""
+
+    def init(self, params):
+        return {"t": 0, "m": [np.zeros_like(p) for p in params], "v": [np.zeros_like(p) for p in params]}
+
+    def step(self, state, params, grads):
+        t = state["t"] + 1
+        m = [0.9 * m + g for m, g in zip(state["m"], grads)]
+        v = [0.999 * v + 0.001 * g * g for v, g in zip(state["v"], grads)]
+        new = [p - 0.01 * (a / (1 - 0.9 ** t)) / (np.sqrt(b / (1 - 0.999 ** t)) + 1e-8)
+               for p, a, b in zip(params, m, v)]
+        return new, {"t": t, "m": m, "v": v}
+
+
+def test_the_state_report_pairs_fields_by_name_first():
+    """refopt's m is compared with the implementation's m (10x off), not paired by value with its v (which
+    happened to be closer); v against v agrees. Negative control: the names of torch and optax map too."""
+    from refopt.crosscheck.plugin import _named, check_impl
+
+    res = check_impl(_AdamNoOneMinusBeta1(), rule="Adam(lr=0.01)", framework="numpy", steps=5, problems=("stream",))
+    state = res.problems[0].state
+    assert state["m"][0].startswith("m") and state["m"][1] > 1.0
+    assert state["v"][0].startswith("v") and state["v"][1] < 1e-12
+    assert _named("m", "exp_avg") and _named("v", "[0].nu") and not _named("m", "exp_avg_sq")

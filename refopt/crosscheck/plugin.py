@@ -28,6 +28,7 @@ closer than the rule; 5 times for the bfloat16 tier), or else the closest one, m
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -147,13 +148,27 @@ def _params_figures(ref: Run, other: Run, leaves0) -> tuple[np.ndarray, np.ndarr
     return prel, urel
 
 
+#: the names peers give refopt's state fields (torch, optax, common hand-written ones)
+_STATE_NAMES = {"m": ("m", "exp_avg", "mu", "momentum_buffer", "exp_avg_m"), "v": ("v", "exp_avg_sq", "nu"),
+                "b": ("b", "momentum_buffer", "trace", "buf"), "vmax": ("vmax", "max_exp_avg_sq", "nu_max")}
+
+
+def _named(field: str, key: str) -> bool:
+    """True when the implementation's state entry ``key`` (a path such as ``[0].mu`` or ``exp_avg``) names
+    refopt's field ``field``."""
+    names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", key)
+    return bool(names) and names[-1] in _STATE_NAMES.get(field, (field,))
+
+
 def _state_match(ref: Run, other: Run) -> dict:
-    """{refopt field: (closest impl entry or None, max rel difference)}."""
+    """{refopt field: (the implementation's entry of that name if it has one, else the closest by value, or
+    None; max rel difference)}: a wrong first moment is reported as m against m, not paired by value with
+    another entry it happens to be closer to."""
     out = {}
     if not ref.state:
         return out
     for f in ref.state[0]:
-        best = (None, math.inf)
+        best, named = (None, math.inf), None
         for key in (other.state[0] if other.state else {}):
             worst = 0.0
             ok = True
@@ -176,7 +191,9 @@ def _state_match(ref: Run, other: Run) -> dict:
                     break
             if ok and worst < best[1]:
                 best = (key, worst)
-        out[f] = best
+            if ok and named is None and _named(f, key):
+                named = (key, worst)
+        out[f] = named if named is not None else best
     return out
 
 

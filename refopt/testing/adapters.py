@@ -44,6 +44,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import traceback
 from typing import Any, Callable
@@ -423,14 +424,24 @@ class NumpyAdapter(Adapter):
         return T.unflatten(td, out), state
 
     def state_arrays(self, state) -> dict:
+        """{entry: per-leaf arrays}: an entry ``name[i]`` of the state (a list with one array per params
+        leaf, e.g. ``{"m": [...], "v": [...]}``) is leaf i of ``name``; any other array is its own entry."""
         out: dict[str, list] = {}
         try:
             arrays, paths, _ = T.flatten(state)
         except Exception:
             return out
+        groups: dict[str, dict] = {}
         for a, p in zip(arrays, paths):
-            if isinstance(a, np.ndarray) and a.ndim > 0:
+            if not (isinstance(a, np.ndarray) and a.ndim > 0):
+                continue
+            m = re.fullmatch(r"(.+)\[(\d+)\]", p)
+            if m:
+                groups.setdefault(m.group(1), {})[int(m.group(2))] = a
+            else:
                 out[p] = [a]
+        for name, d in groups.items():
+            out[name] = [from_layout(np.asarray(d[i]), self.layout) if i in d else None for i in range(max(d) + 1)]
         return out
 
 
