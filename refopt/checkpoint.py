@@ -373,7 +373,8 @@ def load(path: str | os.PathLike, rule: Rule | None = None,
     Args:
       path: the checkpoint file.
       rule: if given, returned instead of the stored rule (needed when the checkpoint was saved with
-        ``rule=None``); it is not compared with the stored one.
+        ``rule=None``); a :class:`refopt.RefoptWarning` says so when it differs from the stored one (e.g.
+        an Adam checkpoint continued as AdamW: the state fits both).
       types: NamedTuple classes from outside refopt used in params (matched by module and qualname).
 
     Raises:
@@ -386,6 +387,7 @@ def load(path: str | os.PathLike, rule: Rule | None = None,
         and member size agree with the metadata, and nothing but refopt classes is imported.
     """
     types_ = {f"{c.__module__}.{c.__qualname__}": c for c in types}
+    given_rule = rule is not None
     with _open(path) as z:
         meta = _read_meta(z, path)
         recs = [r for part in ("params", "state") for r in meta[part]["leaves"] if r["kind"] != "py"]
@@ -409,6 +411,20 @@ def load(path: str | os.PathLike, rule: Rule | None = None,
         _check_state(params, state, rule)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
+    if given_rule and meta["rule"] is not None:
+        try:
+            same = rule_to_json(rule) == meta["rule"]
+        except Exception:          # a rule that cannot be written (e.g. a lambda schedule): nothing to compare
+            same = True
+        if not same:
+            import warnings
+
+            from refopt.rules.partition import RefoptWarning
+
+            stored = meta["rule"].get("__rule__", ["", "?"])[-1] if isinstance(meta["rule"], dict) else "?"
+            warnings.warn(f"{path}: the rule given to load ({type(rule).__name__}) differs from the rule stored "
+                          f"with the checkpoint ({stored}, or the same class with other hyperparameters); the "
+                          f"stored state is continued with the given rule", RefoptWarning, stacklevel=2)
     return Checkpoint(params, state, rule, meta["extra"])
 
 

@@ -353,3 +353,22 @@ def test_the_state_report_pairs_fields_by_name_first():
     assert state["m"][0].startswith("m") and state["m"][1] > 1.0
     assert state["v"][0].startswith("v") and state["v"][1] < 1e-12
     assert _named("m", "exp_avg") and _named("v", "[0].nu") and not _named("m", "exp_avg_sq")
+
+
+def test_loading_a_checkpoint_with_another_rule_warns(tmp_path):
+    """An Adam checkpoint continued as AdamW (the state fits both) or with another lr is loaded, with a
+    RefoptWarning naming both rules; negative control: the same rule, or no rule, loads silently."""
+    import warnings
+
+    p = {"w": np.ones(3)}
+    rule = refopt.Adam(lr=0.1)
+    path = str(tmp_path / "ck.npz")
+    refopt.save(path, p, refopt.init(rule, p), rule)
+    for other in (refopt.AdamW(lr=0.1), refopt.Adam(lr=0.2)):
+        with pytest.warns(refopt.RefoptWarning, match=rf"given to load \({type(other).__name__}\) differs .*\(Adam"):
+            ck = refopt.load(path, rule=other)
+        assert ck.rule is other
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        refopt.load(path, rule=refopt.Adam(lr=0.1))
+        refopt.load(path)
