@@ -372,3 +372,31 @@ def test_loading_a_checkpoint_with_another_rule_warns(tmp_path):
         warnings.simplefilter("error")
         refopt.load(path, rule=refopt.Adam(lr=0.1))
         refopt.load(path)
+
+
+def test_the_tables_of_frozen_rules_cannot_be_changed_under_a_state():
+    """Partition.rules and LRTable.lrs were mutable dicts inside frozen rules: changing a rule after init
+    skipped its validation and failed in numba after writes. They refuse changes now; copies (deepcopy,
+    pickle, a checkpoint) keep the table, and dataclasses.replace builds a new rule."""
+    import copy
+    import dataclasses
+    import pickle
+
+    part = refopt.Partition({"hidden": refopt.AdamW(lr=1e-2), "other": refopt.Lion(lr=1e-2)},
+                            labels=refopt.matrix_labels)
+    with pytest.raises(TypeError, match="frozen rule"):
+        part.rules["other"] = refopt.SGD(lr=0.1)
+    with pytest.raises(TypeError, match="frozen rule"):
+        part.rules.update(other=refopt.SGD(lr=0.1))
+    for c in (copy.deepcopy(part), pickle.loads(pickle.dumps(part))):
+        assert c == part and dict(c.rules) == dict(part.rules)
+    new = dataclasses.replace(part, rules={**part.rules, "other": refopt.SGD(lr=0.1)})
+    assert type(new.rules["other"]).__name__ == "SGD" and type(part.rules["other"]).__name__ == "Lion"
+    table = refopt.LRTable(refopt.SGD(lr=1.0), lrs={"w": (0.1, 0.2)})
+    with pytest.raises(TypeError, match="frozen rule"):
+        table.lrs["w"] = (-1.0,)
+    # negative control: the rules still step, save and load
+    p = {"w": np.ones((3, 2)), "b": np.ones(2)}
+    s = refopt.init(part, p)
+    p, s = refopt.update(part, s, p, {"w": np.full((3, 2), 0.5), "b": np.full(2, 0.5)})
+    assert s.t == 1

@@ -32,6 +32,24 @@ def unit_interval(name: str, value) -> None:
         raise ValueError(f"{name} must be in [0, 1), got {value!r}")
 
 
+class FrozenDict(dict):
+    """A dict that refuses changes: the table fields of a frozen rule (Partition.rules, LRTable.lrs), which
+    the walk validates once and must not change under a live state. Copies (copy, deepcopy, pickle) stay
+    frozen; ``dict(d)`` gives a mutable copy."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("this table belongs to a frozen rule and cannot be changed; build a new rule "
+                        "(dataclasses.replace(rule, field=new_dict))")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse
+
+    def __reduce__(self):
+        return type(self), (dict(self),)
+
+    def __repr__(self):
+        return repr(dict(self))
+
+
 def one_of(name: str, value, allowed) -> None:
     """``value`` must be one of ``allowed`` (None, bools, strings), by kind as well as by value: 1, 1.0 or 1+0j
     (equal to True) are not taken for True, and an unhashable value (a list) is a ValueError too."""

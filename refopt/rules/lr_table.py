@@ -73,7 +73,7 @@ class LRTable(DirectionWrapper):
             if not row or min(row) < 0:
                 raise ValueError(f"lrs[{p!r}] must be a non-empty sequence of learning rates >= 0")
             table[p] = row
-        object.__setattr__(self, "lrs", table)
+        object.__setattr__(self, "lrs", _checks.FrozenDict(table))
 
     def check_params(self, paths):
         extra = sorted(set(self.lrs) - set(paths))

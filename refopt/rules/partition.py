@@ -20,6 +20,7 @@ import numpy as np
 
 from refopt import tree as T
 from refopt.core import Rule
+from refopt.rules import _checks
 from refopt.rules.base import overrides
 
 
@@ -85,6 +86,7 @@ class Partition(Rule):
                 raise ValueError(f"rules: labels must be non-empty strings, got {k!r}")
             if not isinstance(r, Rule):
                 raise ValueError(f"rules[{k!r}] must be a refopt rule, got {type(r).__name__}")
+        object.__setattr__(self, "rules", _checks.FrozenDict(self.rules))   # the walk validated these rules
         if self.labels is None:
             raise ValueError("labels must be a function (path, array) -> label or a tree of labels")
         table = None
