@@ -18,6 +18,9 @@ from refopt import tree as T
 from refopt.core import Rule
 
 METRICS = ("elr", "aus", "w_rms", "u_rms")
+#: the panel titles of diagnostics.png, spelled out for a reader without the code
+TITLES = {"elr": "ELR: effective learning rate, lr ||U|| / ||w||", "aus": "AUS: angular update size of w / ||w||",
+          "w_rms": "RMS of the weights w", "u_rms": "RMS of the update U"}
 
 
 class Diagnostics:
@@ -55,11 +58,16 @@ def plot(path: str, rows, title: str) -> None:
     fig, axs = plt.subplots(1, 4, figsize=(16, 3.8), dpi=90)
     steps = [r["step"] for r in rows if "elr[" + cols[0][4:] in r] if cols else []
     for ax, m in zip(axs, METRICS):
+        values = []
         for c in (c for c in cols if c.startswith(m + "[")):
-            ax.plot(steps, [r[c] for r in rows if c in r], lw=1.2, label=c)
-        ax.set_title(m, fontsize=10)
+            ys = [r[c] for r in rows if c in r]
+            values += [y for y in ys if y > 0]
+            ax.plot(steps, ys, lw=1.2, label=c)
+        ax.set_title(TITLES[m], fontsize=9)
         ax.set_xlabel("step")
-        ax.set_yscale("log")
+        ax.set_ylabel(m)
+        if values and max(values) > 3 * min(values):   # a log axis only where the values span a range
+            ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
