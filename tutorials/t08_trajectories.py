@@ -151,6 +151,8 @@ def plot(r: dict, path: str) -> None:
         ax.set_xlim(box[0], box[1])
         ax.set_ylim(box[2], box[3])
         ax.set_title(f"{prob}" + (f" (κ = {KAPPA:g})" if prob == "quadratic" else ""), fontsize=10)
+        ax.set_xlabel("w₁")
+        ax.set_ylabel("w₂")
         ax.legend(fontsize=7, loc="lower right" if prob == "quadratic" else "upper left")
     ax = axs[2]
     for name, v in r["matrix"].items():
@@ -158,6 +160,7 @@ def plot(r: dict, path: str) -> None:
             ax.plot(v, label=name)
     ax.set_yscale("log")
     ax.set_xlabel("step (linear decay to 0)")
+    ax.set_ylabel("loss")
     ax.set_title("least squares ½‖XW − Y‖²/N, cond(X) = 100", fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
