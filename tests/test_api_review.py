@@ -400,3 +400,44 @@ def test_the_tables_of_frozen_rules_cannot_be_changed_under_a_state():
     s = refopt.init(part, p)
     p, s = refopt.update(part, s, p, {"w": np.full((3, 2), 0.5), "b": np.full(2, 0.5)})
     assert s.t == 1
+
+
+def test_diagnosis_names_no_decay_on_vectors_and_a_schedule_counted_from_zero():
+    """Two conventions docs/divergences.md describes and the diagnosis did not know: weight decay only on
+    matrices (a parameter group without decay for biases and gains), and the schedule read one step early.
+    Negative control: the correct implementations agree (no diagnosis needed)."""
+    torch = pytest.importorskip("torch")
+    import math
+
+    from refopt.crosscheck.plugin import check_impl
+
+    def groups(params, lr=0.01, weight_decay=0.1):
+        ps = list(params)
+        return torch.optim.AdamW([{"params": [p for p in ps if p.ndim >= 2]},
+                                  {"params": [p for p in ps if p.ndim < 2], "weight_decay": 0.0}],
+                                 lr=lr, weight_decay=weight_decay)
+
+    kw = dict(kwargs={"lr": 0.01, "weight_decay": 0.1}, steps=6, problems=("stream",))
+    res = check_impl(groups, rule="AdamW(lr=0.01, weight_decay=0.1)", **kw)
+    assert not res.agree and res.diagnosis[0].name == "no weight decay on vectors" and res.diagnosis[0].reproduces
+
+    def cosine(t):
+        return 0.5 * (1 + math.cos(math.pi * min(t, 8) / 8))
+
+    def scheduled(shift):
+        class Scheduled(torch.optim.Adam):   # the torch way: LambdaLR's epoch e = 0 at the first step
+            def __init__(self, params, **kw):
+                super().__init__(params, **kw)
+                self.sched = torch.optim.lr_scheduler.LambdaLR(self, lambda e: cosine(e + shift))
+
+            def step(self, closure=None):
+                out = super().step(closure)
+                self.sched.step()
+                return out
+        return Scheduled
+
+    rule = refopt.Adam(lr=0.01, schedule=lambda t: cosine(t))
+    kw = dict(kwargs={"lr": 0.01}, steps=6, problems=("stream",))
+    late = check_impl(scheduled(0), rule=rule, **kw)
+    assert not late.agree and late.diagnosis[0].name == "schedule counted from 0" and late.diagnosis[0].reproduces
+    assert check_impl(scheduled(1), rule=rule, **kw).agree

@@ -37,6 +37,10 @@ Covariant (LAMB / LARS)
     the variants of the base rule inside; ``momentum after the trust ratio`` (optax.lars with momentum);
     ``trust ratio 1 at a zero norm`` (optax's convention: a zero array moves by -lr u)
 
+Any rule with ``weight_decay`` > 0 or a ``schedule``
+    ``no weight decay on vectors`` (decay on arrays of ndim >= 2 only: the usual torch parameter groups);
+    ``schedule counted from 0`` (gamma(t - 1) at step t) and ``schedule one step ahead`` (gamma(t + 1))
+
 Variants that equal the rule for its hyperparameters (e.g. the decay variants when weight_decay = 0)
 are left out.
 """
@@ -445,8 +449,46 @@ def _unique(vs: list[Variant]) -> list[Variant]:
     return out
 
 
+def _decayed_labels(path: str, x) -> str:
+    """'decayed' for arrays of ndim >= 2, 'not_decayed' for vectors and scalars (biases, gains)."""
+    return "decayed" if np.ndim(x) >= 2 else "not_decayed"
+
+
+def _shifted(schedule, shift: int):
+    def gamma(t):
+        return schedule(t + shift)
+    return gamma
+
+
+def _generic(rule) -> list[Variant]:
+    """Variants of any rule with ``weight_decay`` or ``schedule`` fields: weight decay on matrices only (the
+    usual torch parameter groups: no decay on biases and gains), and the schedule read one step early or
+    late (a torch LR scheduler stepped before the optimizer, or counted from 0: docs/divergences.md)."""
+    from refopt.rules.partition import Partition
+
+    out = []
+    if (getattr(rule, "weight_decay", 0) or 0) > 0:
+        no_wd = _try(rule, weight_decay=0.0)
+        if no_wd is not None:
+            out.append(_rule_variant("no weight decay on vectors", "weight decay on arrays of ndim >= 2 only: "
+                                     "biases and gains in a parameter group without decay (torch, nanoGPT, "
+                                     "timm practice)", Partition({"decayed": rule, "not_decayed": no_wd},
+                                                                 labels=_decayed_labels)))
+    sched = getattr(rule, "schedule", None)
+    if callable(sched):
+        for name, detail, shift in (("schedule counted from 0", "gamma(t - 1) at step t: t counted from 0, "
+                                     "or a torch LR scheduler stepped before the optimizer", -1),
+                                    ("schedule one step ahead", "gamma(t + 1) at step t", 1)):
+            out.append(_rule_variant(name, detail, _try(rule, schedule=_shifted(sched, shift))))
+    return [v for v in out if v is not None]
+
+
 def variants(rule) -> list[Variant]:
     """The convention variants of ``rule`` (see the module docstring); [] for a rule with none known."""
+    return _unique(_specific(rule) + _generic(rule))
+
+
+def _specific(rule) -> list[Variant]:
     name = type(rule).__name__       # by public class name: robust to how the rules layer is organised
     if name in ("Adam", "AdamW"):
         return _adam(rule)
