@@ -441,3 +441,22 @@ def test_diagnosis_names_no_decay_on_vectors_and_a_schedule_counted_from_zero():
     late = check_impl(scheduled(0), rule=rule, **kw)
     assert not late.agree and late.diagnosis[0].name == "schedule counted from 0" and late.diagnosis[0].reproduces
     assert check_impl(scheduled(1), rule=rule, **kw).agree
+
+
+def test_diagnosis_names_no_closest_variant_farther_than_the_rule():
+    """An AdamW with its lr 0.1 % off: no variant explains it, and naming a 'closest' variant that is
+    farther from the numbers than the rule itself would mislead; the report says to look for a plain
+    error. Negative control: a variant closer than the rule is still named as the closest."""
+    torch = pytest.importorskip("torch")
+    from refopt.crosscheck.plugin import check_impl
+
+    def off(params, lr=0.01, weight_decay=0.01):
+        return torch.optim.AdamW(params, lr=lr * 1.001, weight_decay=weight_decay)
+
+    res = check_impl(off, rule="AdamW(lr=0.01, weight_decay=0.01)", kwargs={"lr": 0.01, "weight_decay": 0.01},
+                     steps=6, problems=("stream",))
+    text = res.report()
+    assert not res.agree and "or comes closer to them than the rule itself" in text and "the closest is" not in text
+    near = check_impl(torch.optim.AdamW, rule="Adam(lr=0.01, weight_decay=0.01)",
+                      kwargs={"lr": 0.01, "weight_decay": 0.01}, steps=6, problems=("stream",))
+    assert "reproduces your numbers (" in near.report() or "the closest is" in near.report()

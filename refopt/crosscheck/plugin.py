@@ -272,10 +272,14 @@ class PluginResult:
             if b.reproduces:
                 lines.append(f"DIAGNOSIS: {b.name} -- {b.detail}. This variant reproduces your numbers "
                              f"({self.metric} rel {b.distance:.2e}; the rule itself: {self.rule_distance:.2e}).")
-            else:
+            elif b.distance < self.rule_distance:
                 lines.append(f"DIAGNOSIS: no known convention variant reproduces your numbers; the closest is "
                              f"{b.name} -- {b.detail} ({self.metric} rel {b.distance:.2e}; the rule itself: "
                              f"{self.rule_distance:.2e}).")
+            else:   # a "closest" variant farther than the rule itself explains nothing
+                lines.append(f"DIAGNOSIS: no known convention variant reproduces your numbers or comes closer to "
+                             f"them than the rule itself ({self.metric} rel {self.rule_distance:.2e}): look for a "
+                             f"plain error (an lr, a constant, a missing term) at the first difference above.")
             lines.append("closest variants: " + "; ".join(f"{d.name} {d.distance:.1e}" for d in self.diagnosis[:4]))
         else:
             lines.append("DIAGNOSIS: no convention variants are known for this rule.")
