@@ -653,9 +653,14 @@ def update_(rule: Rule, state: OptState, params: Any, grads: Any, check_finite: 
     writability; the state arrays are checked when the state objects change (a new ``init``, a loaded
     checkpoint).
 
+    The returned state must replace the one handed in (``params, state = update_(...)``): the arrays are
+    advanced in place, but ``t`` lives in the immutable :class:`OptState`. A gradient may share memory with
+    the params or state: it is read as handed (copied first), as :func:`update` reads it.
+
     Raises:
       ValueError: a params or state array is read-only or not C-contiguous (it could not be updated in
-        place), two params leaves share memory, or the trees differ (the message names the leaf path).
+        place), two params leaves share memory, the trees differ (the message names the leaf path), or the
+        state is one the last ``update_`` of this rule already advanced, handed back with its old ``t``.
       FloatingPointError: a gradient leaf holds nan or inf (nothing has been written then).
     """
     return _step(rule, state, params, grads, True, info, check=bool(check_finite))
