@@ -180,7 +180,9 @@ class Walk(NamedTuple):
       to the next; the walk empties it whenever the params or state objects differ from the last call's
       (:data:`None`: keep nothing);
     * ``layout_cache``: the same for data that depends only on the shapes and dtypes of the leaves and on
-      the rule (e.g. how the leaves are grouped); kept while they stay the same."""
+      the rule (e.g. how the leaves are grouped); kept while they stay the same;
+    * ``written``: in place, the byte spans of the arrays the step writes (None for the pure update), for
+      :meth:`grad`, which an ``update_leaves`` reading the caller's gradients calls before writing."""
 
     inplace: bool
     packed: list
