@@ -138,6 +138,9 @@ def log_axis(ax, lo: float, hi: float) -> None:
 
     ax.set_yscale("log")
     ticks = log_ticks(lo, hi)
+    if ticks and ticks[0] > lo * 1.1:   # no label near the lowest values: add the round value just below them
+        below = [t for t in log_ticks(lo / 2, hi, len(ticks) + 4) if t <= lo]
+        ticks = below[-1:] + ticks
     if ticks:
         ax.yaxis.set_major_locator(FixedLocator(ticks))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))

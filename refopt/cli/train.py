@@ -414,13 +414,13 @@ def loss_figure(rows, title: str, eval_split: str = "validation"):
     steps = [r["step"] for r in rows]
     losses = [r["loss"] for r in rows]
     ax.plot(steps, losses, lw=1.2, marker="o" if len(steps) < 30 else None, ms=3,
-            label=f"train loss (batch), last {losses[-1]:.4g}")
+            label=f"train loss (batch), last {losses[-1]:#.4g}")
     ev = [r for r in rows if "val_loss" in r]
     ys = list(losses)
     if ev:
         ve = [r["val_loss"] for r in ev]
         ys += ve
-        ax.plot([r["step"] for r in ev], ve, lw=1.6, marker="o", ms=3, label=f"{eval_split} loss, last {ve[-1]:.4g}")
+        ax.plot([r["step"] for r in ev], ve, lw=1.6, marker="o", ms=3, label=f"{eval_split} loss, last {ve[-1]:#.4g}")
     output.log_axis(ax, min(ys), max(ys))
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_title(title, fontsize=10)
