@@ -439,7 +439,7 @@ class NumpyAdapter(Adapter):
             if m:
                 groups.setdefault(m.group(1), {})[int(m.group(2))] = a
             else:
-                out[p] = [a]
+                out[p] = [np.array(a)]   # a copy: an implementation may write its state in place later
         for name, d in groups.items():
             out[name] = [from_layout(np.asarray(d[i]), self.layout) if i in d else None for i in range(max(d) + 1)]
         return out
