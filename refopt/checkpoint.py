@@ -412,9 +412,9 @@ def load(path: str | os.PathLike, rule: Rule | None = None,
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from None
     if given_rule and meta["rule"] is not None:
-        try:
-            same = rule_to_json(rule) == meta["rule"]
-        except Exception:          # a rule that cannot be written (e.g. a lambda schedule): nothing to compare
+        try:      # compared as rules (Adam(lr=np.float64(1e-3)) == Adam(lr=1e-3)), not as their JSON
+            same = rule_from_json(meta["rule"], strict=True) == rule
+        except Exception:          # noqa: BLE001 - a stored rule that cannot be rebuilt: nothing to compare
             same = True
         if not same:
             import warnings

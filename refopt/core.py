@@ -573,10 +573,11 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
     if inplace:
         if w.t_in is not None and state.t == w.t_in:
-            raise ValueError(f"this state (t = {state.t}) was advanced in place by the last update_ of this rule, "
-                             f"which returned it with t = {state.t + 1}: rebind what update_ returns, "
-                             f"`params, state = refopt.update_(rule, state, params, grads)` (a stale t would "
-                             f"redo step {state.t + 1}'s schedule and bias corrections)")
+            raise ValueError(f"this state (t = {state.t}) is the one the last update_ of this rule advanced in place "
+                             f"and returned with t = {state.t + 1}: rebind what update_ returns, `params, state = "
+                             f"refopt.update_(rule, state, params, grads)` (a stale t would redo step "
+                             f"{state.t + 1}'s schedule and bias corrections); to redo a step on purpose (arrays "
+                             f"restored, t reset), hand a copy, refopt.tree.copy(state), or use refopt.update")
         # flags can change in place between calls (x.flags.writeable = False), so they are read every call
         if w.cache.get("writable") is not True or not (all(map(_CARRAY, xs)) and all(map(_CARRAY, w.arrays))):
             _check_writable(xs, ss, paths)
@@ -662,7 +663,8 @@ def update_(rule: Rule, state: OptState, params: Any, grads: Any, check_finite: 
     Raises:
       ValueError: a params or state array is read-only or not C-contiguous (it could not be updated in
         place), two params leaves share memory, the trees differ (the message names the leaf path), or the
-        state is one the last ``update_`` of this rule already advanced, handed back with its old ``t``.
+        state is the one the last ``update_`` of this rule advanced, handed back with its old ``t`` (a guard
+        against not rebinding; older states, or states of another rule object, are not recognised).
       FloatingPointError: a gradient leaf holds nan or inf (nothing has been written then).
     """
     return _step(rule, state, params, grads, True, info, check=bool(check_finite))

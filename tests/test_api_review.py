@@ -460,3 +460,91 @@ def test_diagnosis_names_no_closest_variant_farther_than_the_rule():
     near = check_impl(torch.optim.AdamW, rule="Adam(lr=0.01, weight_decay=0.01)",
                       kwargs={"lr": 0.01, "weight_decay": 0.01}, steps=6, problems=("stream",))
     assert "reproduces your numbers (" in near.report() or "the closest is" in near.report()
+
+
+class _InPlaceMomentumSGD:
+    """A correct momentum SGD that steps its arrays in place (the common hand-written numpy optimizer)."""
+
+    def init(self, params):
+        return {"buf": [np.zeros_like(p) for p in params]}
+
+    def step(self, state, params, grads):
+        for p, g, b in zip(params, grads, state["buf"]):
+            b *= 0.9
+            b += g
+            p -= 0.1 * b
+        return params, state
+
+
+def test_an_in_place_numpy_optimizer_is_judged_on_its_numbers():
+    """The harness records a copy of what each step returns: an implementation stepping in place agrees (it
+    was a DIFFER with a made-up diagnosis when every recorded step aliased the final params), while purity
+    still catches the in-place writes."""
+    pytest.importorskip("hypothesis")
+    from refopt.crosscheck.plugin import check_impl
+    from refopt.testing import properties as P
+    from refopt.testing.adapters import make_adapter
+
+    res = check_impl(_InPlaceMomentumSGD(), "SGD(lr=0.1, momentum=0.9)", framework="numpy", steps=5,
+                     problems=("stream", "quadratic"))
+    assert res.agree, res.report()
+    assert P.purity(make_adapter(_InPlaceMomentumSGD(), framework="numpy"), max_examples=2).holds is False
+    assert P.determinism(make_adapter(_InPlaceMomentumSGD(), framework="numpy"), max_examples=2).holds is True
+
+
+def test_the_bfloat16_tier_follows_the_built_optimizer_not_the_factory():
+    """A partial or a factory returning torch.optim.Muon is torch.optim.Muon (bfloat16 Newton-Schulz): it
+    keeps the tier; a user's Optimizer does not."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch.optim, "Muon"):
+        pytest.skip("torch without torch.optim.Muon")
+    import functools
+
+    from refopt.crosscheck.plugin import bf16_newton_schulz
+    from refopt.testing.adapters import make_adapter
+
+    def factory(params, **kw):
+        return torch.optim.Muon(params, **kw)
+    for impl in (torch.optim.Muon, functools.partial(torch.optim.Muon), factory):
+        assert bf16_newton_schulz(make_adapter(impl, {"lr": 0.02}))
+    assert not bf16_newton_schulz(make_adapter(_user_torch_muon(1.0), {"lr": 0.02}))
+    assert not bf16_newton_schulz(make_adapter(torch.optim.AdamW, {"lr": 0.02}))
+
+
+def test_covariant_with_a_user_norm_rescales_an_overflowing_direction():
+    """norm=np.linalg.norm overflows float32 for |u| ~ 1e20 (finite): the ratio is taken on u/max|u| as for
+    the named norms, instead of a ValueError raised after earlier leaves were written."""
+    rng = np.random.default_rng(0)
+    rule = refopt.Covariant(refopt.SGD(lr=0.1), norm=np.linalg.norm)
+    p = {"a": rng.standard_normal((4, 3)).astype(np.float32), "z": rng.standard_normal((4, 3)).astype(np.float32)}
+    g = {"a": np.ones((4, 3), np.float32), "z": (rng.standard_normal((4, 3)) * 1e20).astype(np.float32)}
+    small = {"a": g["a"], "z": g["z"] * np.float32(1e-20)}
+    got, _ = refopt.update(rule, refopt.init(rule, p), p, g)
+    want, _ = refopt.update(rule, refopt.init(rule, p), p, small)
+    for k in p:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=0)
+
+
+def test_loading_with_an_equal_rule_of_numpy_scalars_does_not_warn(tmp_path):
+    import warnings
+
+    p = {"w": np.ones((4, 3))}
+    path = str(tmp_path / "ck.npz")
+    refopt.save(path, p, refopt.init(refopt.Adam(lr=1e-3), p), refopt.Adam(lr=1e-3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        refopt.load(path, rule=refopt.Adam(lr=np.float64(1e-3)))
+    with pytest.warns(refopt.RefoptWarning):
+        refopt.load(path, rule=refopt.Adam(lr=np.float64(2e-3)))
+
+
+def test_a_schedule_table_covering_only_the_run_does_not_break_the_diagnosis():
+    """The schedule-shift variants read the table one step past its end: they are skipped, the report is
+    made (it crashed with IndexError)."""
+    torch = pytest.importorskip("torch")
+    from refopt.crosscheck.plugin import check_impl
+
+    table = [1.0, 0.8, 0.6, 0.4]
+    rule = refopt.Adam(lr=0.01, schedule=lambda t: table[t - 1])
+    res = check_impl(torch.optim.Adam, rule=rule, kwargs={"lr": 0.01}, steps=4, problems=("stream",))
+    assert not res.agree and "DIAGNOSIS" in res.report()

@@ -218,6 +218,16 @@ def test_a_second_run_into_the_same_out_is_refused_unless_overwrite(tmp_path, ca
     assert main(["train", "--out", str(other), *tiny]) == 0 and (other / "notes.txt").read_text() == "mine"
     cmp = tmp_path / "cmp"
     assert main(["compare", "--out", str(cmp), "--optimizers", "sgd,adam", *tiny]) == 0
+    (cmp / "metrics_survey.csv").write_text("mine")                     # a user's file, not a rule's
+    before = {p.name: p.read_bytes() for p in cmp.iterdir()}
     assert main(["compare", "--out", str(cmp), "--optimizers", "adamw", *tiny]) == 2
+    assert main(["compare", "--out", str(cmp), "--optimizers", "adamw,sgd", "--lr", "-1", "--overwrite", *tiny]) == 2
+    assert {p.name: p.read_bytes() for p in cmp.iterdir()} == before    # a refused command removed nothing
+    assert main(["compare", "--out", str(out), "--optimizers", "adamw", *tiny]) == 2   # a train run's directory
     assert main(["compare", "--out", str(cmp), "--optimizers", "adamw", "--overwrite", *tiny]) == 0
-    assert sorted(p.name for p in cmp.glob("metrics_*.csv")) == ["metrics_adamw.csv"]
+    assert sorted(p.name for p in cmp.glob("metrics_*.csv")) == ["metrics_adamw.csv", "metrics_survey.csv"]
+    done = tmp_path / "done"
+    assert main(["train", "--out", str(done), *tiny]) == 0
+    kept = (other / "metrics.csv").read_bytes()
+    assert main(["train", "--resume", str(done), "--out", str(other), "--overwrite", "--no-progress"]) == 2
+    assert (other / "metrics.csv").read_bytes() == kept                 # "already completed": nothing removed

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"--optimizers lists a name twice: {names}")
     train.check_options(args, names)       # an option none of the chosen optimizers uses is an error
-    out = output.prepare_out(args.out, ("summary.csv", "compare.png", "metrics_*.csv"), args.overwrite)
+    out = output.prepare_out(args.out, check_run=True, overwrite=args.overwrite)
     runs, summary = {}, []
     for name in names:
         a = copy.copy(args)
@@ -43,8 +43,11 @@ def run(args: argparse.Namespace) -> int:
             a.schedule = None                  # Schedule-Free rules take only --warmup
         result = train.train_one(a, progress_desc=name)
         runs[name] = result
-        rows = result["rows"]
         summary.append(summary_row(name, result))
+    if args.overwrite:                         # every run succeeded: the previous run's files go only now
+        output.remove_previous(out)
+    for name, result in runs.items():
+        rows = result["rows"]
         output.write_csv(os.path.join(out, f"metrics_{name}.csv"), rows, train.metric_columns(rows))
     cols = list(summary[0])
     output.write_csv(os.path.join(out, "summary.csv"), summary, cols)

@@ -11,25 +11,44 @@ from importlib import metadata
 import numpy as np
 
 
-def prepare_out(path: str, outputs: tuple = (), overwrite: bool = True) -> str:
-    """Create ``path`` (and parents) if needed and check it is a writable directory; return it. Unless
-    ``overwrite``, a directory already holding one of ``outputs`` (file names or glob patterns of the
-    command's own outputs: a previous run) is refused; with it, those files are removed first (so that
-    no output of the previous run is left next to the new ones).
+#: the files refopt train and refopt compare write into --out (a directory holding one holds a run); the
+#: per-rule files of compare are named after refopt's optimizers only, so a user's own files are never taken
+def run_outputs() -> tuple:
+    from refopt.cli import optimizers
+
+    return ("metrics.csv", "config.json", "loss.png", "sample.txt", "checkpoint.npz", "diagnostics.png",
+            "summary.csv", "compare.png", *(f"metrics_{n}.csv" for n in optimizers.OPTIMIZERS))
+
+
+def previous_run(path: str) -> list[str]:
+    """The outputs of a previous refopt train / compare run found in the directory ``path``."""
+    return sorted(n for n in run_outputs() if os.path.isfile(os.path.join(path, n)))
+
+
+def remove_previous(path: str) -> None:
+    """Remove a previous run's outputs from ``path`` (--overwrite), just before the new run writes its own,
+    so that none is left next to them and a command refused earlier has removed nothing."""
+    for name in previous_run(path):
+        try:
+            os.remove(os.path.join(path, name))
+        except OSError as e:
+            raise ValueError(f"--overwrite: cannot remove {os.path.join(path, name)}: {e.strerror}") from None
+
+
+def prepare_out(path: str, check_run: bool = False, overwrite: bool = False) -> str:
+    """Create ``path`` (and parents) if needed and check it is a writable directory; return it. With
+    ``check_run``, a directory holding a previous run (:func:`previous_run`) is refused unless ``overwrite``
+    (its files are then removed by :func:`remove_previous` when the new run writes, not here).
 
     Raises: ValueError (one line) when it is a file, cannot be created, is not writable, or holds a run.
     """
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"--out {path} exists and is not a directory")
-    found = sorted({os.path.basename(f) for pat in outputs for f in glob.glob(os.path.join(glob.escape(path), pat))})
+    found = previous_run(path) if check_run and os.path.isdir(path) else []
     if found and not overwrite:
         raise ValueError(f"--out {path} already holds a run ({', '.join(found[:4])}{', ...' if len(found) > 4 else ''}); "
-                         f"pass --overwrite to replace it, or choose another --out")
-    for name in found:
-        try:
-            os.remove(os.path.join(path, name))
-        except OSError as e:
-            raise ValueError(f"--overwrite: cannot remove {os.path.join(path, name)}: {e.strerror}") from None
+                         f"pass --overwrite to replace it, --resume {path} to continue a train run, or choose "
+                         f"another --out")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:

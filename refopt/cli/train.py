@@ -34,8 +34,6 @@ DEFAULTS = {  # per-model defaults of the options left at None
 RESUMABLE = ("out", "no_progress", "stop_after", "checkpoint_interval", "overwrite")
 #: attributes of the parsed arguments that are not settings of the run (not written to config.json)
 NOT_SETTINGS = ("schedule_fn", "resume", "explicit_options", "debug", "overwrite")
-#: what refopt train writes into --out (a directory holding one of them holds a run)
-OUTPUTS = ("metrics.csv", "config.json", "loss.png", "sample.txt", "checkpoint.npz", "diagnostics.png")
 #: options that only one model uses
 MODEL_OPTIONS = {"mlp": ("hidden",),
                  "gpt": ("data", "n_layer", "n_embd", "n_head", "block_size", "ffn", "qk_norm", "untie_head",
@@ -305,7 +303,8 @@ def run(args: argparse.Namespace) -> int:
         args, ckpt, previous = _load_resume(args)
     task, rule, lr, steps = prepare(args)
     own = resumed is not None and os.path.realpath(args.out) == os.path.realpath(resumed)   # its own run
-    out = output.prepare_out(args.out, () if own else OUTPUTS, getattr(args, "overwrite", False))
+    overwrite = getattr(args, "overwrite", False) and not own
+    out = output.prepare_out(args.out, check_run=not own, overwrite=overwrite)
     if ckpt is not None:
         if refopt.checkpoint.rule_to_json(ckpt.rule) != refopt.checkpoint.rule_to_json(rule):
             raise ValueError(f"--resume: the checkpointed rule differs from the one {args.resume} describes")
@@ -330,6 +329,9 @@ def run(args: argparse.Namespace) -> int:
 
     final_params = refopt.eval_params(rule, state, params)
     final = final_metrics(task, rows, final_params)
+    if overwrite:     # the previous run's files go only now that this one has its results
+        output.remove_previous(out)
+        checkpoint(params, state)
     extra = task.finish(final_params, out, args.seed) if done else {}
     output.write_csv(os.path.join(out, "metrics.csv"), rows, metric_columns(rows))
     config = {"command": "train", "settings": _settings(args), "steps": steps, "steps_done": state.t,

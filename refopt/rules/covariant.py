@@ -113,7 +113,10 @@ class Covariant(DirectionWrapper):
                 held = "weights" if what == "W" else f"direction of the base rule {type(self.base).__name__}"
                 raise FloatingPointError(f"Covariant: the {held} at {path} hold nan or inf (||{what}|| = {v!r})")
             return v
-        v = float(self.norm(a))
+        with np.errstate(over="ignore"):   # an overflowing norm of a finite u is handled just below
+            v = float(self.norm(a))
+        if v == math.inf and what == "u" and np.isfinite(a).all():
+            return v                   # a user norm is positively homogeneous too: _ratio rescales u
         if not (math.isfinite(v) and v >= 0):
             raise ValueError(f"Covariant: norm({what}) = {v!r} at {path}; a norm must be finite and >= 0")
         return v

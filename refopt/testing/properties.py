@@ -155,7 +155,7 @@ def _traj(adapter: Adapter, x0, grads):
     for g in grads:
         x, s = adapter.step(s, x, [np.array(a, copy=True) for a in g])
         x = [np.asarray(a) for a in x]
-        out.append(x)
+        out.append([np.array(a, copy=True) for a in x])   # an implementation may step in place
     return out
 
 
@@ -432,10 +432,10 @@ def bit_identical_resume(adapter, *, max_examples=5, matrix_only=False, dtype=np
         x, s = adapter.step(s, [a.copy() for a in case["x0"]], case["grads"][0])
         blob = adapter.checkpoint(s)
         s = adapter.restore(blob, x)
-        out = [list(x)]
+        out = [[np.array(a, copy=True) for a in x]]
         for g in case["grads"][1:]:
             x, s = adapter.step(s, x, g)
-            out.append([np.asarray(a) for a in x])
+            out.append([np.array(a, copy=True) for a in x])
         return 0.0 if all(_bits_equal(u, v) for u, v in zip(straight, out)) else math.inf
     return run_property("bit_identical_resume", _case(matrix_only, dtype), _guard(run), max_examples, 0.0)
 
@@ -462,11 +462,11 @@ def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np
             x, s = adapter.step(s, x, g)
             st = adapter.state_arrays(s)
             if name == "Average":
-                seen.append([np.asarray(a, np.float64) for a in x])
+                seen.append([np.array(a, np.float64, copy=True) for a in x])
                 mean = [np.mean([v[i] for v in seen], axis=0) for i in range(len(x))]
                 got = st["mu"]
             else:
-                seen.append([np.asarray(a, np.float64) for a in st["z"]])
+                seen.append([np.array(a, np.float64, copy=True) for a in st["z"]])
                 mean = [np.mean([v[i] for v in seen], axis=0) for i in range(len(x))]
                 got = st["x"]
                 y = [(1 - beta) * np.asarray(z, np.float64) + beta * np.asarray(a, np.float64)
