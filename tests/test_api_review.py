@@ -548,3 +548,58 @@ def test_a_schedule_table_covering_only_the_run_does_not_break_the_diagnosis():
     rule = refopt.Adam(lr=0.01, schedule=lambda t: table[t - 1])
     res = check_impl(torch.optim.Adam, rule=rule, kwargs={"lr": 0.01}, steps=4, problems=("stream",))
     assert not res.agree and "DIAGNOSIS" in res.report()
+
+
+def test_an_optimizer_the_adapter_cannot_replay_is_refused_not_judged():
+    """Two ways a torch optimizer holds itself so that refopt's per-step copy would step the original: an LR
+    scheduler stepped from a step post-hook (the copy's lr never moves: a cosine schedule agreed with a constant
+    rule), and opt.step replaced by a closure over the original's step (the copy never moves). Both are the
+    implementation's error now (UserCodeError, exit 3) with a way out; negative control: the same schedule
+    stepped in a subclass's step() agrees with the cosine rule."""
+    torch = pytest.importorskip("torch")
+    import math
+
+    from refopt.crosscheck.plugin import check_impl
+    from refopt.testing.adapters import UserCodeError
+
+    cos = lambda e: 0.5 * (1 + math.cos(math.pi * min(e, 10) / 10))   # noqa: E731
+    rule = refopt.AdamW(lr=0.01, schedule=lambda t: cos(t - 1))
+    kw = dict(kwargs={"lr": 0.01}, steps=6, problems=("stream",))
+
+    def hooked(params, **k):
+        opt = torch.optim.AdamW(params, **k)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, cos)
+        opt.register_step_post_hook(lambda o, a, kk: sched.step())
+        return opt
+
+    def closure(params, **k):
+        opt = torch.optim.AdamW(params, **k)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 1.0)
+        orig = opt.step
+
+        def step(c=None):
+            out = orig(c)
+            sched.step()
+            return out
+        opt.step = step
+        return opt
+
+    import warnings
+
+    with warnings.catch_warnings():   # torch's own warnings about the order of scheduler and optimizer steps
+        warnings.simplefilter("ignore")
+        with pytest.raises(UserCodeError, match="changed the learning rate of the original"):
+            check_impl(hooked, rule=rule, **kw)
+        with pytest.raises(UserCodeError, match="closure over the optimizer object itself"):
+            check_impl(closure, rule="AdamW(lr=0.01)", **kw)
+
+    class Subclassed(torch.optim.AdamW):
+        def __init__(self, params, **k):
+            super().__init__(params, **k)
+            self.sched = torch.optim.lr_scheduler.LambdaLR(self, cos)
+
+        def step(self, closure=None):
+            out = super().step(closure)
+            self.sched.step()
+            return out
+    assert check_impl(Subclassed, rule=rule, **kw).agree

@@ -194,6 +194,31 @@ def _clone(opt, memo: dict):
     return new
 
 
+def _refuse_closure_over(clone, original, name: str) -> None:
+    """UserCodeError when the clone's step is a user's closure over the original optimizer (``opt.step =
+    wrapper`` calling the original's bound step): the copy would step the original and never move itself."""
+    step = clone.__dict__.get("step")
+    if step is None or getattr(step, "_wrapped_by_lr_sched", False):
+        return
+    cells = [c.cell_contents for c in (getattr(step, "__closure__", None) or ()) if c.cell_contents is not None] \
+        if all(_filled(c) for c in (getattr(step, "__closure__", None) or ())) else []
+    # the original itself, its bound step, or an LR scheduler's wrapper of its step (a function: not copied)
+    if any(v is original or getattr(v, "__self__", None) is original or getattr(v, "_wrapped_by_lr_sched", False)
+           for v in cells):
+        raise UserCodeError(f"{name}.step()", RuntimeError(
+            "the optimizer's step was replaced by a closure over the optimizer object itself (opt.step = "
+            "wrapper), so a copy of it would step the original; define step() in an Optimizer subclass "
+            "instead (an LR scheduler can be stepped there)"))
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:   # an empty cell
+        return False
+    return True
+
+
 class TorchAdapter(Adapter):
     """A ``torch.optim.Optimizer`` subclass or a factory ``factory(params, **kwargs) -> optimizer``."""
 
@@ -239,10 +264,17 @@ class TorchAdapter(Adapter):
                 p.copy_(torch.from_numpy(to_layout(x, self.layout)))
         for p, g in zip(ps, gs):
             p.grad = torch.from_numpy(to_layout(g, self.layout))
+        _refuse_closure_over(opt, state.opt, self.name)
+        lrs = [g.get("lr") for g in state.opt.param_groups]
         try:
             opt.step()
         except Exception as e:
             raise UserCodeError(f"{self.name}.step()", e) from e
+        if [g.get("lr") for g in state.opt.param_groups] != lrs:
+            raise UserCodeError(f"{self.name}.step()", RuntimeError(
+                "stepping a copy of the optimizer changed the learning rate of the original: a hook or closure "
+                "(e.g. an LR scheduler stepped from a step hook) holds the original optimizer, so refopt cannot "
+                "replay it; step the scheduler in a step() method of an Optimizer subclass instead"))
         new = [from_layout(p.detach().numpy(), self.layout) for p in ps]
         for p in ps:
             p.grad = None
