@@ -20,7 +20,7 @@ def _nothing_written(rule, x, g, match, exc, **kw):
     assert all(np.array_equal(a, b) for a, b in zip(T.leaves(s), T.leaves(ss)) if isinstance(a, np.ndarray))
 
 
-@pytest.mark.parametrize("value", [1, 1.0, 1 + 0j, 0, [True], "True"])
+@pytest.mark.parametrize("value", [1, 1.0, 1 + 0j, 0, [True], "True", np.True_])
 def test_a_bool_or_string_option_takes_only_its_own_kind(value):
     with pytest.raises(ValueError, match="amsgrad must be one of"):
         refopt.Adam(amsgrad=value)
@@ -28,7 +28,8 @@ def test_a_bool_or_string_option_takes_only_its_own_kind(value):
 
 def test_negative_control_the_options_themselves_are_accepted():
     assert refopt.Adam(amsgrad=True).amsgrad is True
-    assert refopt.Adam(amsgrad=np.True_).amsgrad            # numpy's bool is a bool
+    with pytest.raises(ValueError, match="nesterov must be True or False"):   # the same policy as boolean()
+        refopt.Adam(nesterov=np.True_)
     assert refopt.Adam(amsgrad="bias_corrected").amsgrad == "bias_corrected"
     assert refopt.AdamW(wd_mode="independent", weight_decay=0.1).wd_mode == "independent"
     with pytest.raises(ValueError, match="msign must be one of"):

@@ -51,8 +51,8 @@ class FrozenDict(dict):
 
 
 def one_of(name: str, value, allowed) -> None:
-    """``value`` must be one of ``allowed`` (None, bools, strings), by kind as well as by value: 1, 1.0 or 1+0j
-    (equal to True) are not taken for True, and an unhashable value (a list) is a ValueError too."""
+    """``value`` must be one of ``allowed`` (None, bools, strings), by kind as well as by value: 1, 1.0, 1+0j or
+    numpy's True (equal to True) are not taken for True, and an unhashable value (a list) is a ValueError too."""
     if not any(_same_kind(value, a) for a in allowed):
         raise ValueError(f"{name} must be one of {sorted(allowed, key=repr)}, got {value!r}")
 
@@ -60,8 +60,8 @@ def one_of(name: str, value, allowed) -> None:
 def _same_kind(value, a) -> bool:
     if a is None:
         return value is None
-    if isinstance(a, bool):
-        return isinstance(value, (bool, np.bool_)) and bool(value) == a
+    if isinstance(a, bool):   # a Python bool, as boolean() wants (rules are stored as JSON in checkpoints)
+        return isinstance(value, bool) and value == a
     if isinstance(a, str):
         return isinstance(value, str) and value == a
     return type(value) is type(a) and value == a
