@@ -67,7 +67,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refopt import tree as T
-from refopt.kernels import PARALLEL_MIN_SIZE, check_grads, any_bad_many, square_bound
+from refopt.kernels import PARALLEL_MIN_SIZE, bad_leaves, check_grads, square_bound
 
 
 class OptState(NamedTuple):
@@ -205,14 +205,13 @@ class Walk(NamedTuple):
 
 
 class _Spans:
-    """The sorted, disjoint byte spans [lo, hi) of the arrays an in-place step writes (disjoint: checked
-    by :func:`_check_no_aliasing`), for :meth:`Walk.grad`."""
+    """The sorted, disjoint byte spans [lo, hi) of the arrays an in-place step writes (made and checked
+    disjoint by :func:`_check_no_aliasing`), for :meth:`Walk.grad`."""
 
     __slots__ = ("lo", "hi")
 
-    def __init__(self, arrays: list):
-        spans = sorted(_byte_bounds(a) for a in arrays if a.size)
-        self.lo, self.hi = [lo for lo, _ in spans], [hi for _, hi in spans]
+    def __init__(self, spans: list):
+        self.lo, self.hi = [s[0] for s in spans], [s[1] for s in spans]
 
     def overlaps(self, a: np.ndarray) -> bool:
         if not a.size:
@@ -441,8 +440,9 @@ except ImportError:  # pragma: no cover - numpy 1.x
     _byte_bounds = np.byte_bounds
 
 
-def _check_no_aliasing(xs: list, ss: list, paths: list[str]) -> None:
-    """update_ writes every params leaf and state array once: two sharing memory would be written twice."""
+def _check_no_aliasing(xs: list, ss: list, paths: list[str]) -> _Spans:
+    """update_ writes every params leaf and state array once: two sharing memory would be written twice.
+    Returns their (disjoint) byte spans."""
     spans = sorted((_byte_bounds(x) + (f"params {p}",)) for x, p in zip(xs, paths) if x.size)
     for (lo1, hi1, p1), (lo2, hi2, p2) in zip(spans, spans[1:]):
         if lo2 < hi1:
@@ -454,6 +454,7 @@ def _check_no_aliasing(xs: list, ss: list, paths: list[str]) -> None:
         if lo2 < hi1:
             raise ValueError(f"{p1} and {p2} share memory; update_ would update it twice (was one state "
                              f"object placed at two paths?)")
+    return _Spans(spans)
 
 
 def _check_writable(xs: list, ss: list, paths: list[str]) -> None:
@@ -528,18 +529,11 @@ def _fill_pack(pack: _Pack, gs: list) -> None:
 def _check_packed(rule: Rule, pack: _Pack, gs: list, paths: list[str], bounds: list) -> None:
     """The gradient check (:func:`refopt.kernels.check_grads`) in one compiled pass per dtype over the packed
     buffers (each with its group's smallest bound) and the large leaves
-    (:func:`refopt.kernels.any_bad_many`); the leaf is named by the per-leaf check, run only when that
-    pass finds something."""
-    arrays: dict = {}
-    for _, idx, _, buf in pack.groups:
-        arrays.setdefault(buf.dtype, []).append((buf, min(bounds[k] for k in idx), idx))
-    for k, pk in enumerate(pack.packed):
-        if pk is None:
-            arrays.setdefault(gs[k].dtype, []).append((gs[k], bounds[k], [k]))
-    flagged = []
-    for items in arrays.values():
-        bad = any_bad_many([a for a, _, _ in items], [b for _, b, _ in items])
-        flagged += [k for found, (_, _, idx) in zip(bad, items) if found for k in idx]
+    (:func:`refopt.kernels.bad_leaves`); the leaf is named by the per-leaf check, run only when that pass
+    finds something."""
+    items = [(buf, min(bounds[k] for k in idx), idx) for _, idx, _, buf in pack.groups]
+    items += [(gs[k], bounds[k], [k]) for k, pk in enumerate(pack.packed) if pk is None]
+    flagged = [k for i in bad_leaves([a for a, _, _ in items], [b for _, b, _ in items]) for k in items[i][2]]
     if flagged:   # the first bad leaf in tree order is named, whatever the dtype groups' order
         idx = sorted(flagged)
         check_grads([gs[k] for k in idx], [paths[k] for k in idx], [bounds[k] for k in idx],
@@ -581,9 +575,8 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
         # flags can change in place between calls (x.flags.writeable = False), so they are read every call
         if w.cache.get("writable") is not True or not (all(map(_CARRAY, xs)) and all(map(_CARRAY, w.arrays))):
             _check_writable(xs, ss, paths)
-            _check_no_aliasing(xs, ss, paths)
+            w.cache["written"] = _check_no_aliasing(xs, ss, paths)
             w.cache["writable"] = True
-            w.cache["written"] = _Spans(xs + w.arrays)
     t, ctx, glob, casts = _context(rule, state, xs)
     lc = w.layout_cache
     layout = lc.get("pack_layout")

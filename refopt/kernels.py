@@ -399,7 +399,9 @@ def check_grads(gs: list, paths: list[str], bounds: list[float], owners: list[st
     magnitude >= its bound (``square_bound`` for second-moment rules, inf otherwise). Writes nothing. The
     whole list is read in one pass per dtype (:func:`bad_leaves`); the message is built for the first leaf
     that pass flags."""
-    for k in bad_leaves(gs, bounds)[:1]:
+    bad = bad_leaves(gs, bounds)
+    if bad:
+        k = bad[0]
         g, p, b, o = gs[k], paths[k], bounds[k], owners[k]
         if count_bad(g):
             raise FloatingPointError(f"non-finite gradient (nan or inf) at {p}")

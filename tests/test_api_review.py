@@ -298,6 +298,23 @@ def test_a_users_torch_muon_gets_no_bfloat16_tolerance():
         assert bf16_newton_schulz(make_adapter(torch.optim.Muon, {"lr": 0.02}))
 
 
+def _scheduled(base, f):
+    """``base`` (a torch optimizer class) with a LambdaLR of ``f`` stepped in its own step(): the torch way
+    (LambdaLR's epoch e = 0 at the first step)."""
+    import torch
+
+    class Scheduled(base):
+        def __init__(self, params, **kw):
+            super().__init__(params, **kw)
+            self.sched = torch.optim.lr_scheduler.LambdaLR(self, f)
+
+        def step(self, closure=None):
+            out = super().step(closure)
+            self.sched.step()
+            return out
+    return Scheduled
+
+
 def test_a_torch_optimizer_driven_by_an_lr_scheduler_steps_through_the_adapter():
     """A torch LR scheduler replaces optimizer.step by a wrapper bound to the original optimizer; the
     adapter's per-step clone used to call it, so the clone never moved and every property 'held'. With a
@@ -310,16 +327,7 @@ def test_a_torch_optimizer_driven_by_an_lr_scheduler_steps_through_the_adapter()
     from refopt.crosscheck.plugin import check_impl
 
     def scheduled(f):
-        class Scheduled(torch.optim.AdamW):
-            def __init__(self, params, **kw):
-                super().__init__(params, **kw)
-                self.sched = torch.optim.lr_scheduler.LambdaLR(self, f)
-
-            def step(self, closure=None):
-                out = super().step(closure)
-                self.sched.step()
-                return out
-        return Scheduled
+        return _scheduled(torch.optim.AdamW, f)
 
     kw = dict(kwargs={"lr": 0.01}, steps=6, problems=("stream",))
     assert check_impl(scheduled(lambda e: 1.0), rule="AdamW(lr=0.01)", **kw).agree
@@ -426,16 +434,7 @@ def test_diagnosis_names_no_decay_on_vectors_and_a_schedule_counted_from_zero():
         return 0.5 * (1 + math.cos(math.pi * min(t, 8) / 8))
 
     def scheduled(shift):
-        class Scheduled(torch.optim.Adam):   # the torch way: LambdaLR's epoch e = 0 at the first step
-            def __init__(self, params, **kw):
-                super().__init__(params, **kw)
-                self.sched = torch.optim.lr_scheduler.LambdaLR(self, lambda e: cosine(e + shift))
-
-            def step(self, closure=None):
-                out = super().step(closure)
-                self.sched.step()
-                return out
-        return Scheduled
+        return _scheduled(torch.optim.Adam, lambda e: cosine(e + shift))
 
     rule = refopt.Adam(lr=0.01, schedule=lambda t: cosine(t))
     kw = dict(kwargs={"lr": 0.01}, steps=6, problems=("stream",))
@@ -594,13 +593,4 @@ def test_an_optimizer_the_adapter_cannot_replay_is_refused_not_judged():
         with pytest.raises(UserCodeError, match="closure over the optimizer object itself"):
             check_impl(closure, rule="AdamW(lr=0.01)", **kw)
 
-    class Subclassed(torch.optim.AdamW):
-        def __init__(self, params, **k):
-            super().__init__(params, **k)
-            self.sched = torch.optim.lr_scheduler.LambdaLR(self, cos)
-
-        def step(self, closure=None):
-            out = super().step(closure)
-            self.sched.step()
-            return out
-    assert check_impl(Subclassed, rule=rule, **kw).agree
+    assert check_impl(_scheduled(torch.optim.AdamW, cos), rule=rule, **kw).agree

@@ -323,15 +323,14 @@ def run(args: argparse.Namespace) -> int:
                               on_checkpoint=checkpoint, checkpoint_interval=args.checkpoint_interval,
                               diagnostics=diag)
     seconds = time.perf_counter() - t0
+    if overwrite:     # the previous run's files go only now that this one has its results
+        output.remove_previous(out)
     checkpoint(params, state)
     rows = previous + rows
     done = state.t >= steps
 
     final_params = refopt.eval_params(rule, state, params)
     final = final_metrics(task, rows, final_params)
-    if overwrite:     # the previous run's files go only now that this one has its results
-        output.remove_previous(out)
-        checkpoint(params, state)
     extra = task.finish(final_params, out, args.seed) if done else {}
     output.write_csv(os.path.join(out, "metrics.csv"), rows, metric_columns(rows))
     config = {"command": "train", "settings": _settings(args), "steps": steps, "steps_done": state.t,

@@ -132,7 +132,9 @@ class _AdamBase(ElementwiseRule):
         the first leaf where lambda*|x| is not, before anything is written."""
         l2 = float(ctx.l2)
         if l2 > 0:
-            for k in bad_leaves(xs, [square_bound(x.dtype) / l2 for x in xs])[:1]:
+            bad = bad_leaves(xs, [square_bound(x.dtype) / l2 for x in xs])
+            if bad:
+                k = bad[0]
                 big = l2 * float(np.max(np.abs(xs[k])))
                 raise FloatingPointError(
                     f"{type(self).__name__}: weight_decay * |x| at {paths[k]} reaches {big:.3g}; L2 adds it to the "

@@ -82,9 +82,9 @@ class ElementwiseRule(Rule):
                     kernel.step(xs[k], buf[o:o + xs[k].size], self.kernel_state(ss[k]), c)
                 if walk.cache is not None:
                     walk.cache[("seen", gi)] = True
-        if big:   # one by one, as the default walk
+        if big:   # one by one, as the default walk (their gradients are already safe to read: written=None)
             bx, bs = Rule.update_leaves(self, casts, [ss[k] for k in big], [xs[k] for k in big], big_gs,
-                                        [paths[k] for k in big], walk)
+                                        [paths[k] for k in big], walk._replace(written=None))
             for k, x, s in zip(big, bx, bs):
                 out_x[k], out_s[k] = x, s
         return out_x, out_s
@@ -227,8 +227,9 @@ class DirectionWrapper(Wrapper):
         """The weights must be finite (their norm scales the step): FloatingPointError naming the first
         array that is not (one pass over the whole tree per dtype), before anything is written; then the
         base's pre-pass."""
-        for k in bad_leaves(xs, [math.inf] * len(xs))[:1]:
-            raise FloatingPointError(f"{type(self).__name__}: the weights at {paths[k]} hold nan or inf; "
+        bad = bad_leaves(xs, [math.inf] * len(xs))
+        if bad:
+            raise FloatingPointError(f"{type(self).__name__}: the weights at {paths[bad[0]]} hold nan or inf; "
                                      f"parameters must be finite")
         return super().prepare(ctx, ss, xs, gs, paths)
 

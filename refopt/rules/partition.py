@@ -169,8 +169,9 @@ class Partition(Rule):
                 groups.setdefault(s.label, []).append(k)
             walk.layout_cache["labels"] = groups
         out_x, out_s = list(xs), list(ss)
-        if walk.written is not None:   # a later group may read a gradient an earlier one writes
-            gs = [walk.grad(g) for g in gs]
+        if walk.written is not None:   # a later group may read a gradient an earlier one writes: all made
+            gs = [walk.grad(g) for g in gs]   # safe here, once, so the sub-rules need not check again
+            walk = walk._replace(written=None)
         for label, idx in groups.items():
             nx, ns = self.rules[label].update_leaves(
                 {dt: c[label] for dt, c in casts.items()}, [ss[k].inner for k in idx], [xs[k] for k in idx],

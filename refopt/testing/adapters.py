@@ -200,8 +200,7 @@ def _refuse_closure_over(clone, original, name: str) -> None:
     step = clone.__dict__.get("step")
     if step is None or getattr(step, "_wrapped_by_lr_sched", False):
         return
-    cells = [c.cell_contents for c in (getattr(step, "__closure__", None) or ()) if c.cell_contents is not None] \
-        if all(_filled(c) for c in (getattr(step, "__closure__", None) or ())) else []
+    cells = [c.cell_contents for c in (getattr(step, "__closure__", None) or ()) if _filled(c)]
     # the original itself, its bound step, or an LR scheduler's wrapper of its step (a function: not copied)
     if any(v is original or getattr(v, "__self__", None) is original or getattr(v, "_wrapped_by_lr_sched", False)
            for v in cells):
