@@ -22,6 +22,12 @@ folds a into the m x m factor: 3 m^2 n + m^3 flops executed. Columns, all from t
 * ``NS GF/s``: plain-iteration flops / refopt time, and ``% gemm``: that rate over the gemm rate (the
   symmetric form does fewer flops, so it can exceed 100%; 100 * (4 m^2 n + 2 m^3) / (3 m^2 n + m^3) is
   the ceiling at syrk = gemm speed).
+
+``--many`` times instead the step of Muon over the hidden matrices of ``refopt train``'s GPT (per layer
+W_q, W_k, W_v, W_o (C, C), W_gate, W_up (C, F), W_down (F, C); ``--n-embd``, ``--n-layer``, F = the GPT's
+SwiGLU width): the plain loop of msign calls (numpy's BLAS on all its threads), ``newton_schulz_many``
+(what Muon runs: the matrices on parallel threads, one BLAS thread each) and torch's iteration in a loop,
+interleaved repeat by repeat.
 """
 from __future__ import annotations
 
@@ -106,12 +112,45 @@ def bench(m: int, n: int, steps: int, repeats: int, torch=None) -> dict:
     return r
 
 
+def bench_many(n_embd: int, n_layer: int, steps: int, repeats: int, torch=None) -> None:
+    from refopt.linalg._msign import newton_schulz, newton_schulz_many
+    from refopt.models.gpt import GPTConfig
+
+    C, F = n_embd, GPTConfig(vocab_size=2, n_embd=n_embd).ffn_hidden
+    rng = np.random.default_rng(0)
+    shapes = ([(C, C)] * 4 + [(C, F)] * 2 + [(F, C)]) * n_layer
+    Gs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    rows = ns_coefficients("jordan", steps)
+    runs = {"loop": lambda: [newton_schulz(G, rows) for G in Gs],
+            "many": lambda: newton_schulz_many(Gs, rows)}
+    if torch is not None:
+        Ts = [torch.from_numpy(G) for G in Gs]
+        runs["torch"] = lambda: [torch_ns(T, rows) for T in Ts]
+    for f in runs.values():
+        f()
+    t = {k: [] for k in runs}
+    for _ in range(repeats):
+        for k, f in runs.items():
+            t0 = time.perf_counter()
+            f()
+            t[k].append(time.perf_counter() - t0)
+    med = {k: 1e3 * statistics.median(v) for k, v in t.items()}
+    print(f"{len(Gs)} matrices of the GPT (n_embd {C}, {n_layer} layers, F {F}), float32, {steps} steps: "
+          + ", ".join(f"{k} {v:.1f} ms" for k, v in med.items()))
+    print(f"many / loop {statistics.median(a / b for a, b in zip(t['many'], t['loop'])):.2f}"
+          + (f", many / torch {statistics.median(a / b for a, b in zip(t['many'], t['torch'])):.2f}"
+             if torch is not None else "") + " (medians of per-repeat ratios)")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="2048x2048,768x3072")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--repeats", type=int, default=9, help="repeats (medians are quoted)")
     p.add_argument("--threads", type=int, default=None, help="BLAS threads of numpy and torch (default: theirs)")
+    p.add_argument("--many", action="store_true", help="Muon's step over the GPT's hidden matrices (see above)")
+    p.add_argument("--n-embd", type=int, default=128, help="with --many")
+    p.add_argument("--n-layer", type=int, default=4, help="with --many")
     a = p.parse_args(argv)
     try:
         import torch
@@ -128,9 +167,12 @@ def main(argv=None) -> None:
     print(f"numpy {np.__version__}{peer}"
           + f", float32, Newton-Schulz {a.steps} steps (jordan), cpus={os.cpu_count()}, "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, medians of {a.repeats}")
-    print(f"{'shape':>10} {'refopt s':>9} {'torch s':>8} {'ratio':>6} {'floor':>6} {'gemm GF/s':>10} "
-          f"{'torch GF/s':>10} {'NS GF/s':>8} {'% gemm':>7} {'ceiling %':>9}")
-    for s in a.sizes.split(","):
+    if not a.many:
+        print(f"{'shape':>10} {'refopt s':>9} {'torch s':>8} {'ratio':>6} {'floor':>6} {'gemm GF/s':>10} "
+              f"{'torch GF/s':>10} {'NS GF/s':>8} {'% gemm':>7} {'ceiling %':>9}")
+    if a.many:
+        bench_many(a.n_embd, a.n_layer, a.steps, a.repeats, torch)
+    for s in ([] if a.many else a.sizes.split(",")):
         m, n = (int(v) for v in s.lower().split("x"))
         r = bench(m, n, a.steps, a.repeats, torch)
         print(f"{r['shape']:>10} {r['refopt']:9.3f} {r.get('torch', float('nan')):8.3f} "

@@ -324,3 +324,24 @@ def test_msign_diverging_coefficients_raise(dtype):
 def test_msign_bad_rtol_is_valueerror(method, rtol):
     with pytest.raises(ValueError, match="rtol"):
         msign(np.eye(2), method, rtol=rtol)
+
+
+def test_newton_schulz_many_equals_the_loop_and_the_oracle():
+    """Matrices of mixed shapes (wide, tall, square, largest not first) on the thread pool: each result is
+    in its place and equals the oracle; with one BLAS thread on both sides, the plain loop bitwise."""
+    from threadpoolctl import threadpool_limits
+
+    from refopt.linalg._msign import newton_schulz, newton_schulz_many
+
+    rng = np.random.default_rng(7)
+    Gs = [rng.standard_normal(s) for s in [(3, 5), (40, 9), (9, 40), (6, 6), (1, 4), (40, 9)]]
+    rows = ns_coefficients("jordan", 5)
+    got = newton_schulz_many(Gs, rows)
+    for G, O in zip(Gs, got):
+        assert O.shape == G.shape
+        np.testing.assert_allclose(O, oracle_ns(G, rows), rtol=0, atol=1e-12)
+    with threadpool_limits(limits=1, user_api="blas"):
+        loop = [newton_schulz(G, rows) for G in Gs]
+    with threadpool_limits(limits=2, user_api="blas"):
+        pooled = newton_schulz_many(Gs, rows)
+    assert all(np.array_equal(a, b) for a, b in zip(loop, pooled))

@@ -287,3 +287,91 @@ def test_list_coefficients_are_stored_as_tuples():
     rule = Muon(ns_coeffs=[[3.0, -3.2, 1.2], [2.0, -1.5, 0.5]])
     assert rule.ns_coeffs == ((3.0, -3.2, 1.2), (2.0, -1.5, 0.5))
     hash(rule)
+
+
+# ---- many matrices in one step: the momenta, msign of all of them on parallel threads, then the writes ----
+def _tree(seed, dtype=np.float64):
+    """Several matrices (three of one shape, so that a mix-up of the results keeps the shapes) and grads."""
+    rng = np.random.default_rng(seed)
+    shapes = {"a": (6, 4), "b": (6, 4), "c": (6, 4), "d": (3, 9), "e": (2, 3, 5)}
+    x = {k: rng.standard_normal(s).astype(dtype) for k, s in shapes.items()}
+    grads = [{k: rng.standard_normal(s).astype(dtype) for k, s in shapes.items()} for _ in range(3)]
+    return x, grads
+
+
+def _run_tree(rule, x, grads, inplace):
+    state = refopt.init(rule, x)
+    xs = []
+    for g in grads:
+        x, state = (refopt.update_ if inplace else refopt.update)(rule, state, x, g)
+        xs.append({k: v.copy() for k, v in x.items()})
+    return xs, state
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_many_leaves_match_the_oracle_leaf_by_leaf(inplace):
+    x, grads = _tree(4)
+    rule = Muon(lr=0.05, momentum=0.9, weight_decay=0.2, schedule=lambda t: 1.0 / t)
+    got, state = _run_tree(rule, {k: v.copy() for k, v in x.items()}, grads, inplace)
+    for k in x:
+        want, m = oracle_muon(x[k], [g[k] for g in grads], lr=0.05, mu=0.9, wd=0.2, sched=lambda t: 1.0 / t)
+        for a, b in zip(got, want):
+            close(a[k], b)
+        close(state.leaves[k].m, m)
+
+
+def test_many_leaves_equal_the_leaf_by_leaf_step_bitwise():
+    """The pooled path (several leaves) against single-leaf trees (the per-leaf path), with one BLAS thread
+    on both sides, so each Newton-Schulz runs the same products in the same order."""
+    from threadpoolctl import threadpool_limits
+
+    x, grads = _tree(5, np.float32)
+    rule = Muon(lr=0.05, weight_decay=0.1)
+    with threadpool_limits(limits=1, user_api="blas"):
+        got, _ = _run_tree(rule, dict(x), grads, False)
+        for k in x:
+            alone, _ = run(rule, x[k], [g[k] for g in grads])
+            assert all(np.array_equal(a[k], b) for a, b in zip(got, alone)), k
+
+
+def test_many_leaves_results_in_the_wrong_order_are_caught(monkeypatch):
+    """Negative control: a newton_schulz_many that returns the results of same-shaped matrices swapped (the
+    mix-up a sort by cost could make) fails the leaf-by-leaf oracle comparison above."""
+    import refopt.rules.muon as mu
+
+    real = mu.newton_schulz_many
+
+    def swapped(Gs, *a, **k):
+        out = real(Gs, *a, **k)
+        out[0], out[1] = out[1], out[0]
+        return out
+
+    monkeypatch.setattr(mu, "newton_schulz_many", swapped)
+    with pytest.raises(AssertionError):
+        test_many_leaves_match_the_oracle_leaf_by_leaf(False)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_many_leaves_write_nothing_when_newton_schulz_fails(monkeypatch, inplace):
+    import refopt.linalg._msign as ms
+
+    x, grads = _tree(6)
+    rule = Muon(lr=0.05)
+    state = refopt.init(rule, x)
+    x, state = refopt.update_(rule, state, x, grads[0])
+    before_x = {k: v.copy() for k, v in x.items()}
+    before_m = {k: s.m.copy() for k, s in state.leaves.items()}
+    real, calls = ms.newton_schulz, []
+
+    def fails_on_the_third(G, *a, **k):
+        calls.append(G.shape)
+        if len(calls) == 3:
+            raise FloatingPointError("Newton-Schulz produced nan or inf (test)")
+        return real(G, *a, **k)
+
+    monkeypatch.setattr(ms, "newton_schulz", fails_on_the_third)
+    with pytest.raises(FloatingPointError):
+        (refopt.update_ if inplace else refopt.update)(rule, state, x, grads[1])
+    assert len(calls) == 5
+    assert all(np.array_equal(x[k], before_x[k]) for k in x)
+    assert all(np.array_equal(state.leaves[k].m, before_m[k]) for k in x)

@@ -27,8 +27,8 @@ HELP = "train a reference model (default: the GPT on CPython's docs text) and wr
 TASKS = {"gpt": GPTTask, "mlp": MLPTask}
 DTYPES = {"float32": np.float32, "float64": np.float64}
 DEFAULTS = {  # per-model defaults of the options left at None
-    "gpt": {"optimizer": "muon", "schedule": "cosine", "warmup": 30, "steps": 500, "batch_size": 32},
-    "mlp": {"optimizer": "adamw", "schedule": "constant", "warmup": 0, "steps": 600, "batch_size": 64},
+    "gpt": {"optimizer": "muon", "schedule": "cosine", "warmup": 30, "steps": 500, "batch_size": 32, "ns_steps": 4},
+    "mlp": {"optimizer": "adamw", "schedule": "constant", "warmup": 0, "steps": 600, "batch_size": 64, "ns_steps": 5},
 }
 #: settings a resumed run may change; all others come from the checkpointed run's config.json
 RESUMABLE = ("out", "no_progress", "stop_after", "checkpoint_interval", "overwrite")
@@ -97,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _resolve(args) -> None:
     """Fill the per-model defaults and reject impossible values (ValueError, one line)."""
     d = DEFAULTS[args.model]
-    for name in ("optimizer", "batch_size"):
+    for name in ("optimizer", "batch_size", "ns_steps"):
         if getattr(args, name) is None:
             setattr(args, name, d[name])
     if args.schedule is None:

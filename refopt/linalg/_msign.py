@@ -59,6 +59,8 @@ With ``stack=True`` leading axes are a batch of matrices, each normalised and it
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Sequence
 
 import numpy as np
@@ -330,3 +332,71 @@ def newton_schulz(G, rows: Sequence[tuple[float, float, float]], eps_mode: str =
                                  f"coefficient schedule {tuple(rows)[:3]!r}... diverges on this input (their scalar map, ns_scalar_map, must "
                                  f"keep singular values in (0, 1] bounded)")
     return np.ascontiguousarray(X.T) if tall else X
+
+
+# ---- many independent matrices at once (Muon's step over a tree) -------------------------------------
+class _Pool:
+    """A thread pool for :func:`newton_schulz_many` and a handle on the BLAS thread count
+    (``threadpoolctl``), made on first use and again in a forked child (whose copy has no threads)."""
+
+    pid = None
+    executor = None
+    controller = None
+
+    @classmethod
+    def get(cls):
+        if cls.pid != os.getpid():
+            from threadpoolctl import ThreadpoolController
+
+            cls.controller = ThreadpoolController()
+            cls.executor = None
+            cls.pid = os.getpid()
+        return cls
+
+    @classmethod
+    def blas_threads(cls) -> int:
+        """The current thread count of the BLAS that numpy calls (1 when threadpoolctl finds none)."""
+        counts = [m["num_threads"] for m in cls.controller.info() if m.get("user_api") == "blas"]
+        return max(counts, default=1)
+
+    @classmethod
+    def run(cls, fn, jobs: list, workers: int) -> list:
+        if cls.executor is None or cls.executor._max_workers != workers:
+            if cls.executor is not None:
+                cls.executor.shutdown(wait=True)
+            cls.executor = ThreadPoolExecutor(workers, thread_name_prefix="refopt-msign")
+        return [cls.executor.submit(fn, *job) for job in jobs]
+
+
+def newton_schulz_many(Gs: Sequence[np.ndarray], rows, eps_mode: str = "none", norm_eps: float = 0.0,
+                       norm_factor: float = 1.0) -> list:
+    """``[newton_schulz(G, rows, ...) for G in Gs]`` for a list of validated 2-D float arrays, the
+    matrices spread over parallel threads, each with single-threaded BLAS.
+
+    Why: the matrices of a model layer are small (128 x 128 to 128 x 352 in ``refopt train``'s GPT), and on
+    them a multi-threaded BLAS gains little over one thread (the products are too small to split well),
+    while independent matrices on separate threads scale (benchmarks/bench_msign.py --many). There are
+    as many threads as the BLAS had (threadpoolctl); the BLAS runs single-threaded (a process-wide
+    setting, restored on return) until every matrix is done. Largest matrices go first (m^2 n flops).
+    Each matrix is still one sequential Newton-Schulz in its own thread, so each result is what
+    :func:`newton_schulz` computes with single-threaded BLAS, whatever the thread count (OpenBLAS splits a
+    product over blocks of the output, not over the inner sum, so its thread count changes no rounding;
+    tests/test_msign.py compares the two). With one matrix or one BLAS thread (``OPENBLAS_NUM_THREADS=1``,
+    ``threadpoolctl.threadpool_limits(1)``) it is the plain loop.
+
+    Raises FloatingPointError as :func:`newton_schulz` (the first failing matrix in list order, after all
+    have finished)."""
+    Gs = list(Gs)
+    pool = _Pool.get()
+    workers = min(len(Gs), pool.blas_threads())
+    if workers <= 1:
+        return [newton_schulz(G, rows, eps_mode, norm_eps, norm_factor) for G in Gs]
+    order = sorted(range(len(Gs)), key=lambda i: -min(Gs[i].shape) ** 2 * max(Gs[i].shape))
+    with pool.controller.limit(limits=1, user_api="blas"):
+        futures = pool.run(newton_schulz, [(Gs[i], rows, eps_mode, norm_eps, norm_factor) for i in order],
+                           workers)
+        wait(futures)
+    out = [None] * len(Gs)
+    for i, f in zip(order, futures):
+        out[i] = f
+    return [f.result() for f in out]

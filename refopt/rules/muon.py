@@ -10,7 +10,8 @@ import numpy as np
 
 from refopt.core import ArraySpec, Rule, cast_scalar
 from refopt.kernels import AXPBY, Axpby, Elementwise
-from refopt.linalg._msign import _check_norm_options, _msign_svd, newton_schulz, ns_coefficients
+from refopt.linalg._msign import (_check_norm_options, _msign_svd, newton_schulz, newton_schulz_many,
+                                  ns_coefficients)
 from refopt.rules import _checks
 
 _SCALES = ("spectral", "jordan", "jordan_4d", "rms_match", "none")
@@ -134,7 +135,9 @@ class Muon(Rule):
     its array equals refopt's on the transposed array, and msign(G^T) = msign(G)^T.
 
     The momentum EMA and the step are numba elementwise kernels (:class:`refopt.kernels.Elementwise`);
-    msign is BLAS matmuls in x's dtype.
+    msign is BLAS matmuls in x's dtype. A step over several matrices orthogonalises them on parallel
+    threads, one BLAS thread each (the BLAS is set to one thread for that time; same results as one by
+    one: :meth:`update_leaves`).
 
     Args:
       lr: peak learning rate eta >= 0 (with scale='spectral', the spectral norm of the step is lr*s).
@@ -296,6 +299,33 @@ class Muon(Rule):
         O = self._orthogonalised(ctx, s, x, g)
         AXPBY.step(x, O, (), self._step_scalars(ctx, x))
         return x, s
+
+    def update_leaves(self, casts, ss, xs, gs, paths, walk):
+        """The step of every matrix in three passes: the momenta m_t and inputs M_t of all leaves (into new
+        arrays), msign of all M_t at once (:func:`refopt.linalg._msign.newton_schulz_many`: the matrices
+        on parallel threads), then the writes (m_t into the state, x_t). The same arithmetic as
+        :meth:`update_leaf` per leaf; nothing is written when a Newton-Schulz result is not finite.
+        msign='svd' and msign_backend='cuda' go leaf by leaf."""
+        if self.msign == "svd" or self.msign_backend == "cuda" or len(xs) < 2:
+            return super().update_leaves(casts, ss, xs, gs, paths, walk)
+        ms, Ms = [], []   # every gradient is read here, before anything is written: no copies (Walk.grad)
+        for x, g, s in zip(xs, gs, ss):
+            m = MuonState(np.array(s.m, order="C", copy=True))
+            M = np.empty(g.shape, g.dtype)
+            _MOMENTUM.direction(M, x, g, m, casts[x.dtype])
+            ms.append(m)
+            Ms.append(M.reshape(matrix_shape(g.shape)))
+        Os = newton_schulz_many(Ms, self._rows, self.eps_mode, self.norm_eps, self.norm_factor)
+        out_x, out_s = [], []
+        for x, s, m, O in zip(xs, ss, ms, Os):
+            if walk.inplace:
+                np.copyto(s.m, m.m)
+            else:
+                x, s = np.array(x, order="C", copy=True), m
+            AXPBY.step(x, O, (), self._step_scalars(casts[x.dtype], x))
+            out_x.append(x)
+            out_s.append(s)
+        return out_x, out_s
 
     def direction_leaf(self, ctx, s, x, g, path):
         O = self._orthogonalised(ctx, s, x, g)
