@@ -1,6 +1,7 @@
 """Muon: an independent plain-numpy oracle, PITFALLS B07/B08, the peer presets and the error paths."""
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -375,3 +376,47 @@ def test_many_leaves_write_nothing_when_newton_schulz_fails(monkeypatch, inplace
     assert len(calls) == 5
     assert all(np.array_equal(x[k], before_x[k]) for k in x)
     assert all(np.array_equal(state.leaves[k].m, before_m[k]) for k in x)
+
+
+@dataclass(frozen=True)
+class _ClampedMuon(Muon):
+    """A user's variant changing the per-leaf step (the step clamped to [-1, 1] after Muon's)."""
+
+    def update_leaf(self, ctx, s, x, g, path):
+        x, s = super().update_leaf(ctx, s, x, g, path)
+        np.clip(x, -1.0, 1.0, out=x)
+        return x, s
+
+
+def _clamped_oracle(rule, x, grads):
+    """Per leaf: one-leaf trees (a single matrix always steps through update_leaf)."""
+    out = {}
+    for k in x:
+        xk, s = x[k].copy(), refopt.init(rule, x[k])
+        for g in grads:
+            xk, s = refopt.update(rule, s, xk, g[k])
+        out[k] = xk
+    return out
+
+
+def _subclass_keeps_its_step(inplace):
+    x, grads = _tree(8)
+    x = {k: 3.0 * v for k, v in x.items()}     # many entries beyond [-1, 1]: the clamp matters
+    rule = _ClampedMuon(lr=0.5)
+    want = _clamped_oracle(rule, x, grads)
+    got, _ = _run_tree(rule, {k: v.copy() for k, v in x.items()}, grads, inplace)
+    assert all(np.array_equal(got[-1][k], want[k]) for k in x)
+    assert max(np.abs(v).max() for v in got[-1].values()) <= 1.0
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_many_leaves_keep_a_subclass_update_leaf(inplace, monkeypatch):
+    """A subclass overriding update_leaf is stepped through it with several matrices too (as ElementwiseRule,
+    Partition and ClipByGlobalNorm do), not by the batched passes, which would bypass it. Negative
+    control: without the override check the batched passes step the plain Muon and the test fails."""
+    _subclass_keeps_its_step(inplace)
+    import refopt.rules.muon as mu
+
+    monkeypatch.setattr(mu, "overrides", lambda *a: False)
+    with pytest.raises(AssertionError):
+        _subclass_keeps_its_step(inplace)

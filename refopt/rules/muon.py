@@ -13,6 +13,7 @@ from refopt.kernels import AXPBY, Axpby, Elementwise
 from refopt.linalg._msign import (_check_norm_options, _msign_svd, newton_schulz, newton_schulz_many,
                                   ns_coefficients)
 from refopt.rules import _checks
+from refopt.rules.base import overrides
 
 _SCALES = ("spectral", "jordan", "jordan_4d", "rms_match", "none")
 
@@ -305,8 +306,10 @@ class Muon(Rule):
         arrays), msign of all M_t at once (:func:`refopt.linalg._msign.newton_schulz_many`: the matrices
         on parallel threads), then the writes (m_t into the state, x_t). The same arithmetic as
         :meth:`update_leaf` per leaf; nothing is written when a Newton-Schulz result is not finite.
-        msign='svd' and msign_backend='cuda' go leaf by leaf."""
-        if self.msign == "svd" or self.msign_backend == "cuda" or len(xs) < 2:
+        msign='svd', msign_backend='cuda' and a subclass overriding :meth:`update_leaf` or
+        ``_orthogonalised`` (its per-leaf step, which these passes would bypass) go leaf by leaf."""
+        if (self.msign == "svd" or self.msign_backend == "cuda" or len(xs) < 2
+                or overrides(self, Muon, "update_leaf", "_orthogonalised")):
             return super().update_leaves(casts, ss, xs, gs, paths, walk)
         ms, Ms = [], []   # every gradient is read here, before anything is written: no copies (Walk.grad)
         for x, g, s in zip(xs, gs, ss):
