@@ -1,6 +1,7 @@
 """Muon: an independent plain-numpy oracle, PITFALLS B07/B08, the peer presets and the error paths."""
 import itertools
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -420,3 +421,165 @@ def test_many_leaves_keep_a_subclass_update_leaf(inplace, monkeypatch):
     monkeypatch.setattr(mu, "overrides", lambda *a: False)
     with pytest.raises(AssertionError):
         _subclass_keeps_its_step(inplace)
+
+
+# ---- the BLAS thread count and the pool of newton_schulz_many ---------------------------------------------
+def _blas_counts():
+    from threadpoolctl import threadpool_info
+
+    return [m["num_threads"] for m in threadpool_info() if m["user_api"] == "blas"]
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_many_leaves_restore_the_blas_threads_after_newton_schulz_fails(monkeypatch, inplace):
+    """The step sets the BLAS to one thread while its matrices run on the pool; a Newton-Schulz failure
+    (raised in a pool thread) leaves the count as it found it. Negative control: a pool that never
+    restores it is caught."""
+    from threadpoolctl import threadpool_limits
+
+    import refopt.linalg._msign as ms
+
+    x, grads = _tree(9)
+    rule = Muon(lr=0.05)
+    real = ms.newton_schulz
+
+    def fails(G, *a, **k):
+        if G.shape == (3, 9):
+            raise FloatingPointError("Newton-Schulz produced nan or inf (test)")
+        return real(G, *a, **k)
+
+    monkeypatch.setattr(ms, "newton_schulz", fails)
+    with threadpool_limits(limits=2, user_api="blas"):
+        assert set(_blas_counts()) == {2}
+        with pytest.raises(FloatingPointError):
+            (refopt.update_ if inplace else refopt.update)(rule, refopt.init(rule, x), x, grads[0])
+        assert set(_blas_counts()) == {2}
+        monkeypatch.setattr(ms._Pool, "leave", classmethod(lambda cls: None))   # negative control
+        try:
+            with pytest.raises(FloatingPointError):
+                refopt.update(rule, refopt.init(rule, x), x, grads[0])
+            assert set(_blas_counts()) == {1}
+        finally:
+            monkeypatch.undo()
+            ms._Pool.users, ms._Pool.limiter = 0, None    # the broken pool's bookkeeping, undone
+
+
+@dataclass(frozen=True)
+class _MeetingMuon(Muon):
+    """Muon whose whole-tree pre-pass waits until two calls reach it: two threads step at the same time."""
+
+    def prepare(self, ctx, ss, xs, gs, paths):
+        try:
+            _MEETING.wait(timeout=5)
+        except threading.BrokenBarrierError:
+            pass
+        return super().prepare(ctx, ss, xs, gs, paths)
+
+
+_MEETING = threading.Barrier(2)
+
+
+def test_many_leaves_from_two_threads_share_the_pool():
+    """The pure update from two threads at once, on trees of 2 and 3 matrices with a 3-thread BLAS (so
+    the calls want pools of different sizes): each thread gets the single-threaded results, nothing
+    raises, and the BLAS count is restored at the end (two calls each saving and restoring it could
+    leave it at 1; one resizing the pool under the other raised 'cannot schedule new futures after
+    shutdown')."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(10)
+    trees = [{f"w{i}": rng.standard_normal((5, 4)) for i in range(n)} for n in (2, 3)]
+    rule, steps = _MeetingMuon(lr=0.05), 60
+    with threadpool_limits(limits=1, user_api="blas"):
+        want = []
+        for p in trees:
+            s = refopt.init(Muon(lr=0.05), p)
+            want.append([refopt.update(Muon(lr=0.05), s, p, {k: v * (t + 1) for k, v in p.items()})[0]
+                         for t in range(steps)])
+    got, errors = [[], []], []
+
+    def work(j):
+        p = trees[j]
+        s = refopt.init(rule, p)
+        try:
+            for t in range(steps):
+                got[j].append(refopt.update(rule, s, p, {k: v * (t + 1) for k, v in p.items()})[0])
+        except Exception as e:   # noqa: BLE001 - reported below
+            errors.append(e)
+            _MEETING.abort()
+
+    _MEETING.reset()
+    with threadpool_limits(limits=3, user_api="blas"):
+        threads = [threading.Thread(target=work, args=(j,)) for j in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert set(_blas_counts()) == {3}
+    for j in range(2):
+        for a, b in zip(got[j], want[j]):
+            assert all(np.array_equal(a[k], b[k]) for k in a), j
+
+
+def _child_step(conn, x, g):
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        rule = Muon(lr=0.05)
+        out, _ = refopt.update(rule, refopt.init(rule, x), x, g)
+        conn.send((out, _blas_counts()))
+    conn.close()
+
+
+def test_many_leaves_in_a_forked_child():
+    """A child forked after the parent's pool has threads makes its own pool: its step equals the
+    parent's, and its BLAS count is restored after the step."""
+    import multiprocessing as mp
+
+    from threadpoolctl import threadpool_limits
+
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    x, grads = _tree(11)
+    rule = Muon(lr=0.05)
+    with threadpool_limits(limits=2, user_api="blas"):
+        want, _ = refopt.update(rule, refopt.init(rule, x), x, grads[0])   # the parent's pool now has threads
+        ctx = mp.get_context("fork")
+        recv, send = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_child_step, args=(send, x, grads[0]))
+        child.start()
+        ok = recv.poll(60)
+        got, counts = recv.recv() if ok else (None, None)
+        child.join(5)
+        if child.is_alive():
+            child.kill()
+    assert ok, "the forked child's step did not finish"
+    assert child.exitcode == 0
+    assert set(counts) == {2}
+    assert all(np.array_equal(got[k], want[k]) for k in x)
+
+
+def test_many_leaves_step_while_the_interpreter_exits(monkeypatch):
+    """A training loop in a thread that outlives the main thread (or a step in an atexit handler) runs
+    after concurrent.futures refuses new work ('cannot schedule new futures after interpreter
+    shutdown'): the matrices then run in the calling thread, with the same results. Negative control: a
+    pool that only submits raises there."""
+    import concurrent.futures.thread as cft
+
+    import refopt.linalg._msign as ms
+
+    from threadpoolctl import threadpool_limits
+
+    x, grads = _tree(12)
+    rule = Muon(lr=0.05)
+    with threadpool_limits(limits=2, user_api="blas"):   # the pool in use, whatever the machine
+        want, _ = refopt.update(rule, refopt.init(rule, x), x, grads[0])
+        monkeypatch.setattr(cft, "_shutdown", True)    # what threading's exit hook sets for the whole process
+        got, _ = refopt.update(rule, refopt.init(rule, x), x, grads[0])
+        assert all(np.array_equal(got[k], want[k]) for k in x)
+        assert set(_blas_counts()) == {2}
+        monkeypatch.setattr(ms._Pool, "run",
+                            classmethod(lambda cls, fn, jobs: [cls.executor.submit(fn, *j) for j in jobs]))
+        with pytest.raises(RuntimeError, match="interpreter shutdown"):
+            refopt.update(rule, refopt.init(rule, x), x, grads[0])

@@ -60,7 +60,8 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor, wait
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Sequence
 
 import numpy as np
@@ -336,22 +337,29 @@ def newton_schulz(G, rows: Sequence[tuple[float, float, float]], eps_mode: str =
 
 # ---- many independent matrices at once (Muon's step over a tree) -------------------------------------
 class _Pool:
-    """A thread pool for :func:`newton_schulz_many` and a handle on the BLAS thread count
-    (``threadpoolctl``), made on first use and again in a forked child (whose copy has no threads)."""
+    """The thread pool of :func:`newton_schulz_many` and the BLAS thread count (``threadpoolctl``), shared
+    by the calls of all threads under one lock: the first call that enters sets the BLAS to one thread
+    and the last that leaves restores the count the first found (two overlapping calls each saving and
+    restoring it would leave it at 1); the pool keeps that many threads while calls use it. Made on first
+    use and again in a forked child (whose copy of the pool has no threads)."""
 
+    lock = threading.Lock()
     pid = None
     executor = None
     controller = None
+    limiter = None      # threadpoolctl's limit, while users > 0
+    users = 0           # calls running their matrices on the pool now
+    workers = 0         # the BLAS thread count the first of them found
 
     @classmethod
-    def get(cls):
-        if cls.pid != os.getpid():
-            from threadpoolctl import ThreadpoolController
-
-            cls.controller = ThreadpoolController()
-            cls.executor = None
-            cls.pid = os.getpid()
-        return cls
+    def _forked(cls) -> None:
+        """In a forked child: a new lock (the parent's may have been held by another thread), no pool, and
+        the BLAS count the parent's calls had set to 1 restored."""
+        cls.lock = threading.Lock()
+        if cls.limiter is not None:
+            cls.limiter.restore_original_limits()
+        cls.pid = cls.executor = cls.controller = cls.limiter = None
+        cls.users = cls.workers = 0
 
     @classmethod
     def blas_threads(cls) -> int:
@@ -360,12 +368,60 @@ class _Pool:
         return max(counts, default=1)
 
     @classmethod
-    def run(cls, fn, jobs: list, workers: int) -> list:
-        if cls.executor is None or cls.executor._max_workers != workers:
-            if cls.executor is not None:
-                cls.executor.shutdown(wait=True)
-            cls.executor = ThreadPoolExecutor(workers, thread_name_prefix="refopt-msign")
-        return [cls.executor.submit(fn, *job) for job in jobs]
+    def enter(cls, n: int) -> int:
+        """The threads for ``n`` matrices; when above 1, the caller is a user of the pool until
+        :meth:`leave` (the BLAS runs one thread until the last user leaves)."""
+        with cls.lock:
+            if cls.pid != os.getpid():
+                from threadpoolctl import ThreadpoolController
+
+                cls.controller = ThreadpoolController()
+                cls.executor = cls.limiter = None
+                cls.users = 0
+                cls.pid = os.getpid()
+            if cls.users == 0:
+                blas = cls.blas_threads()
+                if min(n, blas) <= 1:
+                    return 1
+                if cls.executor is None or cls.executor._max_workers != blas:
+                    if cls.executor is not None:   # idle: no call uses it
+                        cls.executor.shutdown(wait=False)
+                    cls.executor = ThreadPoolExecutor(blas, thread_name_prefix="refopt-msign")
+                cls.limiter = cls.controller.limit(limits=1, user_api="blas")
+                cls.workers = blas
+            elif min(n, cls.workers) <= 1:
+                return 1
+            cls.users += 1
+            return min(n, cls.workers)
+
+    @classmethod
+    def leave(cls) -> None:
+        with cls.lock:
+            cls.users -= 1
+            if cls.users == 0:
+                cls.limiter.restore_original_limits()
+                cls.limiter = None
+
+    @classmethod
+    def run(cls, fn, jobs: list) -> list:
+        """Futures of ``fn(*job)``; a job the pool refuses (the interpreter is exiting: the pool of a
+        training loop in a thread that outlives the main thread) runs here."""
+        futures = []
+        for job in jobs:
+            try:
+                futures.append(cls.executor.submit(fn, *job))
+            except RuntimeError:
+                f = Future()
+                try:
+                    f.set_result(fn(*job))
+                except Exception as e:  # noqa: BLE001 - handed on as the pool's futures hand them on
+                    f.set_exception(e)
+                futures.append(f)
+        return futures
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_Pool._forked)
 
 
 def newton_schulz_many(Gs: Sequence[np.ndarray], rows, eps_mode: str = "none", norm_eps: float = 0.0,
@@ -377,7 +433,8 @@ def newton_schulz_many(Gs: Sequence[np.ndarray], rows, eps_mode: str = "none", n
     them a multi-threaded BLAS gains little over one thread (the products are too small to split well),
     while independent matrices on separate threads scale (benchmarks/bench_msign.py --many). There are
     as many threads as the BLAS had (threadpoolctl); the BLAS runs single-threaded (a process-wide
-    setting, restored on return) until every matrix is done. Largest matrices go first (m^2 n flops).
+    setting, restored on return, also after an exception; calls from several threads share the pool and
+    the last one restores it) until every matrix is done. Largest matrices go first (m^2 n flops).
     Each matrix is still one sequential Newton-Schulz in its own thread, so each result is what
     :func:`newton_schulz` computes with single-threaded BLAS, whatever the thread count (OpenBLAS splits a
     product over blocks of the output, not over the inner sum, so its thread count changes no rounding;
@@ -387,15 +444,14 @@ def newton_schulz_many(Gs: Sequence[np.ndarray], rows, eps_mode: str = "none", n
     Raises FloatingPointError as :func:`newton_schulz` (the first failing matrix in list order, after all
     have finished)."""
     Gs = list(Gs)
-    pool = _Pool.get()
-    workers = min(len(Gs), pool.blas_threads())
-    if workers <= 1:
+    if _Pool.enter(len(Gs)) <= 1:
         return [newton_schulz(G, rows, eps_mode, norm_eps, norm_factor) for G in Gs]
-    order = sorted(range(len(Gs)), key=lambda i: -min(Gs[i].shape) ** 2 * max(Gs[i].shape))
-    with pool.controller.limit(limits=1, user_api="blas"):
-        futures = pool.run(newton_schulz, [(Gs[i], rows, eps_mode, norm_eps, norm_factor) for i in order],
-                           workers)
+    try:
+        order = sorted(range(len(Gs)), key=lambda i: -min(Gs[i].shape) ** 2 * max(Gs[i].shape))
+        futures = _Pool.run(newton_schulz, [(Gs[i], rows, eps_mode, norm_eps, norm_factor) for i in order])
         wait(futures)
+    finally:
+        _Pool.leave()
     out = [None] * len(Gs)
     for i, f in zip(order, futures):
         out[i] = f
