@@ -436,9 +436,11 @@ def newton_schulz_many(Gs: Sequence[np.ndarray], rows, eps_mode: str = "none", n
     setting, restored on return, also after an exception; calls from several threads share the pool and
     the last one restores it) until every matrix is done. Largest matrices go first (m^2 n flops).
     Each matrix is still one sequential Newton-Schulz in its own thread, so each result is what
-    :func:`newton_schulz` computes with single-threaded BLAS, whatever the thread count (OpenBLAS splits a
-    product over blocks of the output, not over the inner sum, so its thread count changes no rounding;
-    tests/test_msign.py compares the two). With one matrix or one BLAS thread (``OPENBLAS_NUM_THREADS=1``,
+    :func:`newton_schulz` computes with single-threaded BLAS, whatever the BLAS's thread count
+    (tests/test_msign.py, tests/test_muon.py). A multi-threaded BLAS does not always round as one thread
+    does (OpenBLAS 0.3.31 on SkylakeX: float64 products of 300 x 300 matrices differ in the last bit with 2
+    threads), so a matrix orthogonalised alone at the BLAS's thread count can differ from its result here in
+    the last bits. With one matrix or one BLAS thread (``OPENBLAS_NUM_THREADS=1``,
     ``threadpoolctl.threadpool_limits(1)``) it is the plain loop.
 
     Raises FloatingPointError as :func:`newton_schulz` (the first failing matrix in list order, after all

@@ -137,8 +137,8 @@ class Muon(Rule):
 
     The momentum EMA and the step are numba elementwise kernels (:class:`refopt.kernels.Elementwise`);
     msign is BLAS matmuls in x's dtype. A step over several matrices orthogonalises them on parallel
-    threads, one BLAS thread each (the BLAS is set to one thread for that time; same results as one by
-    one: :meth:`update_leaves`).
+    threads, one BLAS thread each (the BLAS is set to one thread for that time; the results of one by one
+    with a single-threaded BLAS: :meth:`update_leaves`).
 
     Args:
       lr: peak learning rate eta >= 0 (with scale='spectral', the spectral norm of the step is lr*s).
@@ -305,7 +305,9 @@ class Muon(Rule):
         """The step of every matrix in three passes: the momenta m_t and inputs M_t of all leaves (into new
         arrays), msign of all M_t at once (:func:`refopt.linalg._msign.newton_schulz_many`: the matrices
         on parallel threads), then the writes (m_t into the state, x_t). The same arithmetic as
-        :meth:`update_leaf` per leaf; nothing is written when a Newton-Schulz result is not finite.
+        :meth:`update_leaf` per leaf with a single-threaded BLAS (a multi-threaded BLAS may round a product
+        differently in the last bit, so a matrix stepped alone can differ there); nothing is written when a
+        Newton-Schulz result is not finite.
         msign='svd', msign_backend='cuda' and a subclass overriding :meth:`update_leaf` or
         ``_orthogonalised`` (its per-leaf step, which these passes would bypass) go leaf by leaf."""
         if (self.msign == "svd" or self.msign_backend == "cuda" or len(xs) < 2
