@@ -310,8 +310,13 @@ def _run_tree(rule, x, grads, inplace):
     return xs, state
 
 
+@pytest.mark.parametrize("chunk", [None, 60])   # 60 elements: chunks [a, b], [c, d], [e] (24, 24, 24, 27, 30)
 @pytest.mark.parametrize("inplace", [False, True])
-def test_many_leaves_match_the_oracle_leaf_by_leaf(inplace):
+def test_many_leaves_match_the_oracle_leaf_by_leaf(inplace, chunk, monkeypatch):
+    if chunk is not None:
+        import refopt.rules.muon as mu
+
+        monkeypatch.setattr(mu, "CHUNK_ELEMENTS", chunk)
     x, grads = _tree(4)
     rule = Muon(lr=0.05, momentum=0.9, weight_decay=0.2, schedule=lambda t: 1.0 / t)
     got, state = _run_tree(rule, {k: v.copy() for k, v in x.items()}, grads, inplace)
@@ -350,7 +355,7 @@ def test_many_leaves_results_in_the_wrong_order_are_caught(monkeypatch):
 
     monkeypatch.setattr(mu, "newton_schulz_many", swapped)
     with pytest.raises(AssertionError):
-        test_many_leaves_match_the_oracle_leaf_by_leaf(False)
+        test_many_leaves_match_the_oracle_leaf_by_leaf(False, None, monkeypatch)
 
 
 @pytest.mark.parametrize("inplace", [False, True])
@@ -616,3 +621,39 @@ def test_many_leaves_do_not_depend_on_the_blas_thread_count(monkeypatch):
                                 lambda self, **k: types.SimpleNamespace(restore_original_limits=lambda: None))
             bad, _ = refopt.update(rule, refopt.init(rule, x), x, g)
         assert not np.array_equal(bad["big"], want["big"])
+
+
+def test_many_leaves_extra_memory_is_bounded_by_the_chunk(monkeypatch):
+    """update_ of 24 matrices of 64 x 64 (float64, 768 KiB in all) in chunks of two matrices allocates at
+    its peak (tracemalloc sees numpy's buffers) a fraction of the tree more than the leaf-by-leaf step
+    (whose walk packs the small gradients: about one copy of the tree); negative control: one chunk for the whole tree
+    (copies of every momentum, input and result at once) is caught."""
+    import tracemalloc
+
+    import refopt.rules.muon as mu
+
+    rng = np.random.default_rng(9)
+    x = {f"w{i}": rng.standard_normal((64, 64)) for i in range(24)}
+    g = {k: rng.standard_normal(v.shape) for k, v in x.items()}
+    tree_bytes = sum(v.nbytes for v in x.values())
+    rule = Muon(lr=0.01)
+
+    def peak():
+        params, state = {k: v.copy() for k, v in x.items()}, refopt.init(rule, x)
+        refopt.update_(rule, state, params, g)     # warm: compiled kernels, the walk's caches
+        params, state = {k: v.copy() for k, v in x.items()}, refopt.init(rule, x)
+        tracemalloc.start()
+        refopt.update_(rule, state, params, g)
+        p = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return p
+
+    monkeypatch.setattr(mu, "CHUNK_ELEMENTS", 2 * 64 * 64)
+    chunked = peak()
+    monkeypatch.setattr(mu, "CHUNK_ELEMENTS", 1 << 30)
+    whole = peak()
+    monkeypatch.setattr(Muon, "update_leaves", refopt.core.Rule.update_leaves)
+    leaf_by_leaf = peak()
+    # a chunk: copies of m, M_t and O_t of two matrices, and the Newton-Schulz buffers of two threads
+    assert chunked < leaf_by_leaf + 0.75 * tree_bytes
+    assert whole > leaf_by_leaf + 2 * tree_bytes

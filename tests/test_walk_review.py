@@ -421,9 +421,17 @@ def test_a_gradient_sharing_memory_with_the_params_is_read_as_handed(make, monke
     assert both() == 0.0
     monkeypatch.setattr(refopt.core.Walk, "grad", lambda self, g: g)
     if isinstance(make(), refopt.Muon):
-        # Muon's step over several matrices reads every gradient (its momentum pass) before it writes
-        # anything, so it needs no copy; the leaf-by-leaf step (the base class's) does
+        # Muon's step reads every gradient of a chunk of leaves (its momentum pass) before it writes any of
+        # them, so within one chunk it needs no copy; across chunks (a later chunk reads its gradients
+        # after an earlier one wrote) and in the leaf-by-leaf step (the base class's) it does
         assert both() == 0.0
+        monkeypatch.undo()
+        monkeypatch.setattr(refopt.rules.muon, "CHUNK_ELEMENTS", 12)    # chunks: [a], [b], [w]
+        assert both() == 0.0
+        monkeypatch.setattr(refopt.core.Walk, "grad", lambda self, g: g)
+        assert both() > 0.0
+        monkeypatch.undo()
+        monkeypatch.setattr(refopt.core.Walk, "grad", lambda self, g: g)
         monkeypatch.setattr(refopt.Muon, "update_leaves", refopt.core.Rule.update_leaves)
     assert both() > 0.0
 

@@ -92,6 +92,10 @@ def _momentum(x, g, s, i, c):
 _MOMENTUM = Elementwise(_momentum, "muon_momentum")
 
 
+#: the most matrix elements :meth:`Muon.update_leaves` orthogonalises at once (its extra memory is about three
+#: copies of them: 96 MiB in float32); the reference GPT's hidden matrices (0.8M elements) are one chunk
+CHUNK_ELEMENTS = 1 << 23
+
 #: the largest singular value a Newton-Schulz schedule may reach at any step (from (0, 1]) for Muon to
 #: accept it: the presets stay within 1.21; far above, a quintic overflows float32 (x^5 near 3.4e38)
 NS_PEAK_LIMIT = 1e6
@@ -302,34 +306,46 @@ class Muon(Rule):
         return x, s
 
     def update_leaves(self, casts, ss, xs, gs, paths, walk):
-        """The step of every matrix in three passes: the momenta m_t and inputs M_t of all leaves (into new
-        arrays), msign of all M_t at once (:func:`refopt.linalg._msign.newton_schulz_many`: the matrices
-        on parallel threads), then the writes (m_t into the state, x_t). The same arithmetic as
-        :meth:`update_leaf` per leaf with a single-threaded BLAS (a multi-threaded BLAS may round a product
-        differently in the last bit, so a matrix stepped alone can differ there); nothing is written when a
-        Newton-Schulz result is not finite.
+        """The step of the matrices in three passes over each chunk of leaves (consecutive leaves of at most
+        :data:`CHUNK_ELEMENTS` elements in all, or one larger leaf): the momenta m_t and inputs M_t of the
+        chunk (into new arrays), msign of all its M_t at once
+        (:func:`refopt.linalg._msign.newton_schulz_many`: the matrices on parallel threads), then the writes
+        (m_t into the state, x_t). The chunks bound the extra memory to about three copies of a chunk. The
+        same arithmetic as :meth:`update_leaf` per leaf with a single-threaded BLAS (a multi-threaded BLAS
+        may round a product differently in the last bit, so a matrix stepped alone can differ there);
+        nothing of a chunk is written when one of its Newton-Schulz results is not finite (a tree within
+        one chunk: nothing at all).
         msign='svd', msign_backend='cuda' and a subclass overriding :meth:`update_leaf` or
         ``_orthogonalised`` (its per-leaf step, which these passes would bypass) go leaf by leaf."""
         if (self.msign == "svd" or self.msign_backend == "cuda" or len(xs) < 2
                 or overrides(self, Muon, "update_leaf", "_orthogonalised")):
             return super().update_leaves(casts, ss, xs, gs, paths, walk)
-        ms, Ms = [], []   # every gradient is read here, before anything is written: no copies (Walk.grad)
-        for x, g, s in zip(xs, gs, ss):
-            m = MuonState(np.array(s.m, order="C", copy=True))
-            M = np.empty(g.shape, g.dtype)
-            _MOMENTUM.direction(M, x, g, m, casts[x.dtype])
-            ms.append(m)
-            Ms.append(M.reshape(matrix_shape(g.shape)))
-        Os = newton_schulz_many(Ms, self._rows, self.eps_mode, self.norm_eps, self.norm_factor)
+        gs = [walk.grad(g) for g in gs]   # before anything is written (a later chunk reads its own after)
         out_x, out_s = [], []
-        for x, s, m, O in zip(xs, ss, ms, Os):
-            if walk.inplace:
-                np.copyto(s.m, m.m)
-            else:
-                x, s = np.array(x, order="C", copy=True), m
-            AXPBY.step(x, O, (), self._step_scalars(casts[x.dtype], x))
-            out_x.append(x)
-            out_s.append(s)
+        start = 0
+        while start < len(xs):
+            stop, size = start + 1, xs[start].size
+            while stop < len(xs) and size + xs[stop].size <= CHUNK_ELEMENTS:
+                size += xs[stop].size
+                stop += 1
+            ms, Ms = [], []
+            for x, g, s in zip(xs[start:stop], gs[start:stop], ss[start:stop]):
+                m = s._replace(m=np.array(s.m, order="C", copy=True))
+                M = np.empty(g.shape, g.dtype)
+                _MOMENTUM.direction(M, x, g, m, casts[x.dtype])
+                ms.append(m)
+                Ms.append(M.reshape(matrix_shape(g.shape)))
+            Os = newton_schulz_many(Ms, self._rows, self.eps_mode, self.norm_eps, self.norm_factor)
+            del Ms
+            for x, s, m, O in zip(xs[start:stop], ss[start:stop], ms, Os):
+                if walk.inplace:
+                    np.copyto(s.m, m.m)
+                else:
+                    x, s = np.array(x, order="C", copy=True), m
+                AXPBY.step(x, O, (), self._step_scalars(casts[x.dtype], x))
+                out_x.append(x)
+                out_s.append(s)
+            start = stop
         return out_x, out_s
 
     def direction_leaf(self, ctx, s, x, g, path):
