@@ -299,6 +299,14 @@ def residual_linear(x, h, w):
     return Node(out, (x, h, w), vjp)
 
 
+def _right(a: np.ndarray) -> np.ndarray:
+    """a^T over the last two axes as a C-contiguous copy, the right operand of a batch of tiny products:
+    numpy's batched matmul with a transposed (strided) right operand ran 1.5-2x slower than with a
+    contiguous one on the GPT's 128 products of 64 x 32 x 64 (OpenBLAS 0.3.31: dO v^T 1.05 ms against
+    0.57 ms with the copy), so the copy more than pays; the products are the same."""
+    return np.ascontiguousarray(a.swapaxes(-1, -2))
+
+
 def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = False, eps: float = 1e-6):
     """Causal multi-head self-attention of a packed projection qkv = h [W_q | W_k | W_v], one primitive:
 
@@ -342,7 +350,7 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
         qn, kn = z5[:, :, 0], z5[:, :, 1]
     q, k, v = heads(qn), heads(kn), heads(z5[:, :, 2])
     scale = 1 / np.sqrt(hs)
-    P = _kernels.causal_softmax_par_(q @ k.swapaxes(-1, -2), scale)          # (B, H, T, T), fresh
+    P = _kernels.causal_softmax_par_(q @ _right(k), scale)                   # (B, H, T, T), fresh
     y = np.empty((B, T, H, hs), dt)
     np.matmul(P, v, out=heads(y))
     y = y.reshape(B, T, C)
@@ -354,7 +362,7 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
         dO = heads(np.ascontiguousarray(g, dtype=dt).reshape(B, T, H, hs))
         dz = np.empty((B, T, 3, H, hs), dt)
         np.matmul(P.swapaxes(-1, -2), dO, out=heads(dz[:, :, 2]))            # dv = P^T dO
-        dS = _kernels.causal_softmax_vjp_par_(P, dO @ v.swapaxes(-1, -2), scale)  # scale P (dP - <dP, P>)
+        dS = _kernels.causal_softmax_vjp_par_(P, dO @ _right(v), scale)       # scale P (dP - <dP, P>)
         dgq = dgk = None
         if qk_norm:
             dqn, dkn = np.empty((B, T, H, hs), dt), np.empty((B, T, H, hs), dt)
