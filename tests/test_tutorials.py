@@ -209,7 +209,8 @@ def test_t03_main_writes_png(t03_run, tmp_path):
     assert r["training"]["max_residual"] < 1e-12
 
 
-@pytest.mark.parametrize("name", ["t03_joint_symmetries", "t10_newton_schulz"])
+@pytest.mark.parametrize("name", sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tutorials"))
+                                         if f.startswith("t") and f.endswith(".py")))
 def test_a_mistyped_tutorial_option_is_an_error(name, tmp_path, capsys):
     """A teacher's `--stpes 3` must not silently run the default figure (exit 2 naming the option)."""
     mod = load_tutorial(name)
@@ -451,4 +452,4 @@ def test_tutorial_is_a_jupytext_percent_notebook(name):
     nb = jupytext.read(os.path.join(ROOT, "tutorials", f"{name}.py"))
     kinds = [c.cell_type for c in nb.cells]
     assert kinds[0] == "markdown" and kinds.count("markdown") >= 1 and kinds.count("code") >= 2
-    assert "parse_known_args" in "".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "parse_script_args(ap, argv)" in "".join(c.source for c in nb.cells if c.cell_type == "code")

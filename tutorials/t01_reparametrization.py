@@ -49,6 +49,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
+from refopt.cli.output import parse_script_args
 from refopt.models import mlp
 from refopt.models.data import load_digits
 
@@ -235,10 +236,7 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--hidden", type=int, default=32, help="hidden width of the MLP 64-hidden-10")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
-    a, unknown = ap.parse_known_args(argv)
-    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
-    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
-        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     if a.steps < 1:
         ap.error("--steps must be >= 1")
     os.makedirs(a.out, exist_ok=True)

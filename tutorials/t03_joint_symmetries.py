@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
+from refopt.cli.output import parse_script_args
 from refopt.models import gpt, symmetries
 from refopt.models.data import CharVocab, get_batch, load_text
 
@@ -213,10 +214,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=60, help="AdamW steps of the identity run")
     ap.add_argument("--c", type=float, default=2.5, help="the scale of the rescalings")
     ap.add_argument("--seed", type=int, default=0)
-    a, unknown = ap.parse_known_args(argv)
-    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
-    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
-        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     os.makedirs(a.out, exist_ok=True)
     tr = identity_along_training(a.steps, seed=a.seed)
     inv = invariances(tr["params"], tr["config"], *tr["batch"], c=a.c, seed=a.seed)

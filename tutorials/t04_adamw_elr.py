@@ -41,6 +41,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
+from refopt.cli.output import parse_script_args
 from refopt import diagnostics as D
 
 # %% [markdown]
@@ -176,10 +177,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--init-rms", type=float, default=0.005)
     ap.add_argument("--dim", type=int, default=10_000, help="coordinates d")
     ap.add_argument("--seed", type=int, default=0)
-    a, unknown = ap.parse_known_args(argv)
-    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
-    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
-        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     os.makedirs(a.out, exist_ok=True)
     r = run(a.steps, a.lr, a.wd, a.init_rms, a.dim, a.seed)
     print(f"update RMS: measured {r['u_rms_measured']:.4f}, sqrt((1-b1)/(1+b1)) = {r['u_rms_theory']:.4f}")

@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
+from refopt.cli.output import parse_script_args
 from refopt.models import mlp
 from refopt.models.data import load_digits
 from refopt import diagnostics as D
@@ -229,10 +230,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--sweep-steps", type=int, default=100)
     ap.add_argument("--k", type=int, default=5, help="steps of the coordinate check")
     ap.add_argument("--seed", type=int, default=0)
-    a, unknown = ap.parse_known_args(argv)
-    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
-    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
-        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     os.makedirs(a.out, exist_ok=True)
     data = load_digits(dtype=np.float64)
     table = linear_layer_table(seed=a.seed)

@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
+from refopt.cli.output import parse_script_args
 from refopt.models import mlp
 from refopt.models.data import load_digits
 
@@ -179,10 +180,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=400, help="steps of each run of the lr sweep")
     ap.add_argument("--epochs", type=int, default=20, help="epochs of the data-size runs")
     ap.add_argument("--seed", type=int, default=0)
-    a, unknown = ap.parse_known_args(argv)
-    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
-    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
-        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     os.makedirs(a.out, exist_ok=True)
     data = load_digits(dtype=np.float64)
     sw = lr_sweep(steps=a.steps, seed=a.seed, data=data)

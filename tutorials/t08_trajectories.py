@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
+from refopt.cli.output import parse_script_args
 
 KAPPA = 25.0
 
@@ -177,10 +178,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--rosen-steps", type=int, default=1500)
     ap.add_argument("--matrix-steps", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
-    a, unknown = ap.parse_known_args(argv)
-    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
-    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
-        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     os.makedirs(a.out, exist_ok=True)
     r = run(a.steps, a.rosen_steps, a.matrix_steps, a.seed)
     for prob in ("quadratic", "rosenbrock"):

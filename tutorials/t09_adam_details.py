@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
+from refopt.cli.output import parse_script_args
 
 B1, B2, EPS = 0.9, 0.999, 1e-8
 
@@ -155,10 +156,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="runs/tutorials", help="output folder")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--no-peers", action="store_true", help="do not import torch / optax")
-    a, unknown = ap.parse_known_args(argv)
-    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
-    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
-        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     os.makedirs(a.out, exist_ok=True)
     r = run(a.steps, peers=not a.no_peers)
     print("constant gradient, |step|/lr of refopt.Adam at t = 1, 10, 100: " + "; ".join(

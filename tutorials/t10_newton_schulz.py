@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - depends on how the script is launched
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import refopt
+from refopt.cli.output import parse_script_args
 from refopt.linalg import ns_band, ns_scalar_map
 
 PRESETS = {"classic": 5, "jordan": 5, "you": 5, "polar_express": 8}   # preset -> its usual number of steps
@@ -98,10 +99,7 @@ def main(argv=None) -> dict:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", default="runs/tutorials", help="output folder")
     ap.add_argument("--lo", type=float, default=1e-3, help="lower end of the band")
-    a, unknown = ap.parse_known_args(argv)
-    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
-    if extra:   # a notebook kernel passes "-f KERNEL.json", ignored; anything else is a mistyped option
-        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     os.makedirs(a.out, exist_ok=True)
     r = run(a.lo)
     for name in PRESETS:

@@ -63,6 +63,17 @@ def prepare_out(path: str, check_run: bool = False, overwrite: bool = False) -> 
     return path
 
 
+def parse_script_args(ap, argv=None):
+    """``ap.parse_args(argv)`` for a script that also runs as a notebook (the tutorials): the ``-f FILE``
+    a Jupyter kernel appends to ``sys.argv`` is ignored; any other unknown argument is an error (exit 2
+    naming it, as argparse does), so a mistyped option never silently runs the defaults."""
+    a, unknown = ap.parse_known_args(argv)
+    extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
+    if extra:
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    return a
+
+
 def package_versions(names=("refopt", "numpy", "numba", "scipy", "scikit-learn", "matplotlib")) -> dict:
     out = {"python": platform.python_version()}
     for n in names:
