@@ -167,18 +167,18 @@ def main(argv=None) -> None:
     print(f"numpy {np.__version__}{peer}"
           + f", float32, Newton-Schulz {a.steps} steps (jordan), cpus={os.cpu_count()}, "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, medians of {a.repeats}")
-    if not a.many:
-        print(f"{'shape':>10} {'refopt s':>9} {'torch s':>8} {'ratio':>6} {'floor':>6} {'gemm GF/s':>10} "
-              f"{'torch GF/s':>10} {'NS GF/s':>8} {'% gemm':>7} {'ceiling %':>9}")
     if a.many:
         bench_many(a.n_embd, a.n_layer, a.steps, a.repeats, torch)
-    for s in ([] if a.many else a.sizes.split(",")):
-        m, n = (int(v) for v in s.lower().split("x"))
-        r = bench(m, n, a.steps, a.repeats, torch)
-        print(f"{r['shape']:>10} {r['refopt']:9.3f} {r.get('torch', float('nan')):8.3f} "
-              f"{r.get('ratio', float('nan')):6.2f} {r.get('floor', float('nan')):6.2f} {r['gemm']:10.1f} "
-              f"{r.get('torch_gemm', float('nan')):10.1f} {r['ns']:8.1f} {r['pct']:7.0f} "
-              f"{r['ceiling']:9.0f}", flush=True)
+    else:
+        print(f"{'shape':>10} {'refopt s':>9} {'torch s':>8} {'ratio':>6} {'floor':>6} {'gemm GF/s':>10} "
+              f"{'torch GF/s':>10} {'NS GF/s':>8} {'% gemm':>7} {'ceiling %':>9}")
+        for s in a.sizes.split(","):
+            m, n = (int(v) for v in s.lower().split("x"))
+            r = bench(m, n, a.steps, a.repeats, torch)
+            print(f"{r['shape']:>10} {r['refopt']:9.3f} {r.get('torch', float('nan')):8.3f} "
+                  f"{r.get('ratio', float('nan')):6.2f} {r.get('floor', float('nan')):6.2f} {r['gemm']:10.1f} "
+                  f"{r.get('torch_gemm', float('nan')):10.1f} {r['ns']:8.1f} {r['pct']:7.0f} "
+                  f"{r['ceiling']:9.0f}", flush=True)
     load = os.getloadavg()
     print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 

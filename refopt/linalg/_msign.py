@@ -344,12 +344,11 @@ class _Pool:
     use and again in a forked child (whose copy of the pool has no threads)."""
 
     lock = threading.Lock()
-    pid = None
     executor = None
-    controller = None
+    controller = None   # threadpoolctl's, made on first use
     limiter = None      # threadpoolctl's limit, while users > 0
     users = 0           # calls running their matrices on the pool now
-    workers = 0         # the BLAS thread count the first of them found
+    workers = 0         # the executor's threads: the BLAS thread count the first user found
 
     @classmethod
     def _forked(cls) -> None:
@@ -358,7 +357,7 @@ class _Pool:
         cls.lock = threading.Lock()
         if cls.limiter is not None:
             cls.limiter.restore_original_limits()
-        cls.pid = cls.executor = cls.controller = cls.limiter = None
+        cls.executor = cls.controller = cls.limiter = None
         cls.users = cls.workers = 0
 
     @classmethod
@@ -372,18 +371,15 @@ class _Pool:
         """The threads for ``n`` matrices; when above 1, the caller is a user of the pool until
         :meth:`leave` (the BLAS runs one thread until the last user leaves)."""
         with cls.lock:
-            if cls.pid != os.getpid():
+            if cls.controller is None:
                 from threadpoolctl import ThreadpoolController
 
                 cls.controller = ThreadpoolController()
-                cls.executor = cls.limiter = None
-                cls.users = 0
-                cls.pid = os.getpid()
             if cls.users == 0:
                 blas = cls.blas_threads()
                 if min(n, blas) <= 1:
                     return 1
-                if cls.executor is None or cls.executor._max_workers != blas:
+                if cls.executor is None or cls.workers != blas:
                     if cls.executor is not None:   # idle: no call uses it
                         cls.executor.shutdown(wait=False)
                     cls.executor = ThreadPoolExecutor(blas, thread_name_prefix="refopt-msign")
