@@ -366,3 +366,54 @@ def test_average_of_equal_iterates_is_only_close():
     mu = refopt.eval_params(rule, s, x)
     ulps = np.abs(mu - x) / np.spacing(np.abs(x))
     assert 0 < np.max(ulps) <= 50
+
+
+# ---- an infinite parameter without weight decay (torch's convention: no 0 * x term) ----------------------
+_INF_X = np.array([np.inf, -np.inf, 1.0, -2.0])
+_INF_G = [np.array([1.0, -1.0, 0.5, 0.25]), np.array([-0.5, 2.0, 0.25, 1.0]), np.array([0.125, 0.5, -1.0, 0.5])]
+
+
+def _torch_run(make):
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(_INF_X, requires_grad=True)
+    opt = make(torch.optim, [x])
+    for g in _INF_G:
+        x.grad = torch.tensor(g)
+        opt.step()
+    state = opt.state[x]
+    return x.detach().numpy(), {k: v.numpy() for k, v in state.items() if k != "step"}
+
+
+@pytest.mark.parametrize("rule, make, names", [
+    (refopt.SGD(lr=0.1), lambda o, p: o.SGD(p, lr=0.1), {}),
+    (refopt.SGD(lr=0.1, momentum=0.9), lambda o, p: o.SGD(p, lr=0.1, momentum=0.9), {"b": "momentum_buffer"}),
+    (refopt.SGD(lr=0.1, momentum=0.9, nesterov=True), lambda o, p: o.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+     {"b": "momentum_buffer"}),
+    (refopt.Adam(lr=0.01), lambda o, p: o.Adam(p, lr=0.01), {"m": "exp_avg", "v": "exp_avg_sq"}),
+    (refopt.AdamW(lr=0.01, weight_decay=0.0), lambda o, p: o.AdamW(p, lr=0.01, weight_decay=0.0),
+     {"m": "exp_avg", "v": "exp_avg_sq"}),
+], ids=["sgd", "sgd_momentum", "sgd_nesterov", "adam", "adamw_wd0"])
+def test_an_infinite_param_stays_infinite_and_the_state_finite_without_weight_decay(rule, make, names):
+    """x = +-inf with weight decay 0: torch adds no lambda*x term, so x stays +-inf and the moments stay
+    finite; refopt (pure and in-place) must give the same, not 0 * inf = NaN in the state."""
+    want_x, want_state = _torch_run(make)
+    assert np.array_equal(want_x[:2], _INF_X[:2])
+    x, state = _INF_X.copy(), refopt.init(rule, _INF_X)
+    x_, state_ = _INF_X.copy(), refopt.init(rule, _INF_X)
+    for g in _INF_G:
+        x, state = refopt.update(rule, state, x, g)
+        x_, state_ = refopt.update_(rule, state_, x_, g)
+    np.testing.assert_array_equal(x, x_)
+    np.testing.assert_array_equal(x[:2], _INF_X[:2])
+    np.testing.assert_allclose(x[2:], want_x[2:], rtol=1e-15, atol=0)
+    for field, peer in names.items():
+        got = getattr(state.leaves, field)
+        assert np.isfinite(got).all(), f"{field} = {got}"
+        np.testing.assert_allclose(got, want_state[peer], rtol=1e-15, atol=0)
+
+
+def test_the_old_unconditional_decay_term_is_what_the_test_catches():
+    """Negative control: the previous arithmetic g + 0 * x makes the moment NaN at an infinite x."""
+    with np.errstate(invalid="ignore"):
+        m = 0.9 * 0.0 + 0.1 * (1.0 + 0.0 * _INF_X[0])
+    assert not np.isfinite(m)

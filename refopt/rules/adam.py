@@ -56,8 +56,10 @@ class AdamContext(NamedTuple):
 
 @numba.njit
 def _moments(x, g, s, i, c):
-    """g_t (with L2), and m_t, v_t written into the state."""
-    g = g + c.l2 * x
+    """g_t (with L2), and m_t, v_t written into the state. The L2 term only when lambda != 0 (as torch):
+    0 * x would turn an infinite parameter into NaN in m and v."""
+    if c.l2 != 0:
+        g = g + c.l2 * x
     m = c.beta1 * s.m[i] + c.omb1 * g
     v = c.beta2 * s.v[i] + c.omb2 * (g * g)
     s.m[i] = m

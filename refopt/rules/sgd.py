@@ -35,12 +35,13 @@ class SGDContext(NamedTuple):
 
 @numba.njit
 def _plain(x, g, s, i, c):
-    return g + c.weight_decay * x
+    return g + c.weight_decay * x if c.weight_decay != 0 else g   # no 0 * x (NaN for an infinite x), as torch
 
 
 @numba.njit
 def _momentum(x, g, s, i, c):
-    g = g + c.weight_decay * x
+    if c.weight_decay != 0:
+        g = g + c.weight_decay * x
     b = c.keep_b * s.b[i] + c.keep_g * g
     s.b[i] = b
     return g + c.momentum * b if c.nesterov else b
