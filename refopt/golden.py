@@ -171,6 +171,14 @@ def _peers_for(rule) -> dict:
     return {k: out[k] for k in PEERS if k in out}
 
 
+def peer_entries(rule, dtype: str, problem: str) -> dict:
+    """The manifest's ``peers``: ``{peer: {preset, peer_call, constructor, kwargs, layout, state, tolerance,
+    why}}`` for every peer optimizer that reproduces ``rule`` (:func:`_peers_for`)."""
+    return {k: {"preset": p.name, "peer_call": p.describe_peer(), "constructor": p.peer_call[0],
+                "kwargs": _plain(p.peer_call[1]), "layout": p.layout, "state": dict(p.state),
+                "tolerance": p.tol.for_dtype(dtype, problem), "why": p.why} for k, p in _peers_for(rule).items()}
+
+
 def _refopt_tolerance(case: GoldenCase, dtype: str) -> float:
     """Drift allowed when refopt replays its own file: 0 in principle; BLAS (Muon's matmuls) and the
     numba kernels may reassociate on another machine."""
@@ -203,7 +211,6 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
         for f in case.state_fields:
             arrays[f"state/{f}/{i}"] = np.stack([s[f][i] for s in traj.state])
     arrays = {k: np.ascontiguousarray(v.astype(v.dtype.newbyteorder("<"))) for k, v in arrays.items()}
-    peers = _peers_for(rule)
     stem = f"{case.name}__{problem}__{dtype}"
     manifest = {
         "format": FORMAT,
@@ -219,9 +226,7 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
                  "hyperparameters": {k: _plain(v) for k, v in rule.hyperparameters().items()},
                  "json": rule_to_json(rule)},
         "conventions": case.conventions,
-        "peers": {k: {"preset": p.name, "peer_call": p.describe_peer(), "constructor": p.peer_call[0],
-                      "kwargs": _plain(p.peer_call[1]), "layout": p.layout, "state": dict(p.state),
-                      "tolerance": p.tol.for_dtype(dtype, problem), "why": p.why} for k, p in peers.items()},
+        "peers": peer_entries(rule, dtype, problem),
         "leaves": [{"index": i, "path": path, "shape": list(x.shape)}
                    for i, (path, x) in enumerate(zip(prob.paths, prob.leaves))],
         "state_fields": list(case.state_fields),
@@ -292,6 +297,8 @@ def _plain(v):
         return [_plain(a) for a in v]
     if isinstance(v, dict):
         return {str(k): _plain(a) for k, a in v.items()}
+    if callable(v) and hasattr(v, "__qualname__"):   # a function (a Partition's labels): its name, never an address
+        return f"{v.__module__}.{v.__qualname__}"
     return repr(v)
 
 

@@ -187,8 +187,9 @@ def test_docs_torch_replay_example_runs():
     assert len(code.strip().splitlines()) <= 30
     ns = {}
     exec(code, ns)
-    for stem in ("adamw__quadratic__float64", "sgd_nesterov_wd__quadratic__float64"):
-        worst, tol = ns["replay_in_torch"](os.path.join(COMMITTED, stem))
+    for stem in ("adamw__quadratic__float64", "sgd_nesterov_wd__quadratic__float64",
+                 "sgd_momentum__quadratic__float64", "adamw_wd1e-4__quadratic__float64"):   # the last two: torch
+        worst, tol = ns["replay_in_torch"](os.path.join(COMMITTED, stem))           # matched by hyperparameters
         assert worst["params"] <= 1e-12 and worst["state"] <= 1e-12 and tol == {"params": 1e-12, "state": 1e-12}
     worst, tol = ns["replay_in_torch"](os.path.join(COMMITTED, "adam__stream__float64"))
     assert worst["state"] <= 1e-12 and 0 < worst["params"] <= tol["params"]    # the state is compared too
@@ -209,7 +210,8 @@ def test_docs_jax_replay_example_runs_and_needs_x64():
     before = jax.config.jax_enable_x64
     ns = {}
     exec(code, ns)
-    for stem in ("adam__quadratic__float64", "covariant_adam__quadratic__float64", "muon_optax__quadratic__float64"):
+    for stem in ("adam__quadratic__float64", "covariant_adam__quadratic__float64", "muon_optax__quadratic__float64",
+                 "adamw__quadratic__float64"):
         worst, tol = ns["replay_in_optax"](os.path.join(COMMITTED, stem))
         assert worst <= tol, stem
     assert jax.config.jax_enable_x64 == before                      # scoped, not flipped
@@ -217,3 +219,37 @@ def test_docs_jax_replay_example_runs_and_needs_x64():
     exec(code.replace("jax.enable_x64(True)", "jax.enable_x64(False)"), ns32)
     worst, tol = ns32["replay_in_optax"](os.path.join(COMMITTED, "adam__quadratic__float64"))
     assert worst > 1e-9 and worst > 100 * tol                       # float32 silently: about 1e-7
+
+
+def _peers_missing(m):
+    """The peers that reproduce the manifest's rule (the exporter's peer_entries) but are not listed, and
+    the listed ones whose preset or kwargs differ from the exporter's."""
+    want = golden.peer_entries(rule_from_json(m["rule"]["json"]), m["dtype"], m["problem"])
+    missing = sorted(set(want) - set(m["peers"]))
+    wrong = sorted(k for k in set(want) & set(m["peers"])
+                   if (m["peers"][k]["preset"], m["peers"][k]["kwargs"]) != (want[k]["preset"], want[k]["kwargs"]))
+    return missing + wrong + sorted(set(m["peers"]) - set(want))
+
+
+def test_committed_manifests_list_every_peer_that_reproduces_the_rule():
+    """docs/golden.md: ``peers`` lists each peer optimizer that reproduces the rule, so its replay snippets
+    (man["peers"]["torch"]) work on every file golden check --against torch passes (six files lacked one,
+    found by a new-user review: KeyError in the snippet). Negative control: a file with a peer dropped."""
+    stems = golden.find(COMMITTED)
+    bad = {os.path.basename(s): _peers_missing(json.load(open(s + ".json"))) for s in stems}
+    assert not any(bad.values()), {k: v for k, v in bad.items() if v}
+    m = json.load(open(os.path.join(COMMITTED, "sgd_momentum__quadratic__float64.json")))
+    assert sorted(m["peers"]) == ["optax", "torch"]
+    del m["peers"]["torch"]
+    assert _peers_missing(m) == ["torch"]
+
+
+def test_a_function_hyperparameter_is_written_by_name_not_address():
+    """A Partition's labels function was written as its repr (a memory address), so no two exports of the
+    same rule gave the same manifest; now its dotted name, in the committed file too."""
+    from refopt.rules.partition import matrix_labels
+
+    assert golden._plain(matrix_labels) == "refopt.rules.partition.matrix_labels"
+    assert golden._plain(lambda p: p).endswith("<lambda>")
+    texts = [open(s + ".json").read() for s in golden.find(COMMITTED)]
+    assert not any(re.search(r"at 0x[0-9a-f]+", t) for t in texts)
