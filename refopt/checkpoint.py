@@ -188,6 +188,7 @@ def save(path: str | os.PathLike, params: Any, state: OptState, rule: Rule | Non
         not match params (other containers, or an array whose shape or dtype differs from the state
         ``refopt.init(rule, params)`` makes; without a rule, from the parameter's unless 0-d or empty).
         Nothing is written then.
+      FileNotFoundError: the directory of ``path`` does not exist (nothing is created).
       OSError: the file cannot be written.
     """
     from refopt import __version__
@@ -211,6 +212,8 @@ def save(path: str | os.PathLike, params: Any, state: OptState, rule: Rule | Non
 
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):   # else mkstemp's error would name its temporary file, not the folder
+        raise FileNotFoundError(f"cannot save the checkpoint {path}: the directory {directory} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:

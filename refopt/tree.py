@@ -326,8 +326,11 @@ def _raise_mismatch(treedef: TreeDef, tree: Any, name: str) -> None:
             return
         kind, meta, items = _children(node)
         if not _matches(d, kind, meta, items):
-            raise ValueError(f"{name} tree does not match params at {path.lstrip('.') or ROOT}: "
-                             f"expected {d}, got {type(node).__name__}")
+            what = f"expected {d}, got {type(node).__name__}"
+            if kind == d.kind == "dict":   # name the keys, not just the containers
+                what = (f"keys differ (only in params: {sorted(set(d.meta) - set(meta), key=repr)}, "
+                        f"only in {name}: {sorted(set(meta) - set(d.meta), key=repr)})")
+            raise ValueError(f"{name} tree does not match params at {path.lstrip('.') or ROOT}: {what}")
         for (key, child), cd in zip(items, d.children):
             walk(cd, child, _key_path(path, key))
 

@@ -497,3 +497,19 @@ def test_numpy_scalar_hyperparameters_are_accepted_and_bools_rejected():
         refopt.SGD(lr=True)
     with pytest.raises(ValueError, match="nesterov must be True or False"):
         refopt.SGD(lr=0.1, momentum=0.9, nesterov="yes")
+
+
+def test_a_state_for_other_dict_keys_names_the_keys():
+    """A key added to (or renamed in) the params after init: the error names the keys on each side at
+    the path where they differ (it showed only the expected container); nothing is written."""
+    r = refopt.Adam(lr=0.01)
+    s = refopt.init(r, {"a": np.ones(3), "b": {"x": np.ones(2)}})
+    p = {"a": np.ones(3), "b": {"x": np.ones(2)}, "c": np.ones(2)}
+    before = {k: np.copy(v) for k, v in (("a", p["a"]), ("c", p["c"]))}
+    with pytest.raises(ValueError, match=r"at <root>: keys differ \(only in params: \['c'\], only in state\.leaves: \[\]\)"):
+        refopt.update_(r, s, p, {"a": np.ones(3), "b": {"x": np.ones(2)}, "c": np.ones(2)})
+    np.testing.assert_array_equal(p["a"], before["a"])
+    np.testing.assert_array_equal(p["c"], before["c"])
+    q = {"a": np.ones(3), "b": {"y": np.ones(2)}}
+    with pytest.raises(ValueError, match=r"at b: keys differ \(only in params: \['y'\], only in state\.leaves: \['x'\]\)"):
+        refopt.update(r, s, q, q)

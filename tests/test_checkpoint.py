@@ -321,3 +321,14 @@ def test_schedule_free_state_round_trip_b14(tmp_path):
     for a, b in zip(refopt.tree.leaves(ev), refopt.tree.leaves(ev2)):
         assert a.dtype == np.float32 and a.tobytes() == b.tobytes()
     assert any(not np.array_equal(a, b) for a, b in zip(refopt.tree.leaves(ev), refopt.tree.leaves(p)))
+
+
+def test_save_into_a_missing_directory_names_the_directory(tmp_path):
+    """The error names the folder that is missing (it named mkstemp's temporary file); nothing is created."""
+    rule = refopt.Adam(lr=0.01)
+    x = {"w": np.ones(3)}
+    missing = tmp_path / "nodir"
+    with pytest.raises(FileNotFoundError, match=r"the directory .*nodir does not exist") as e:
+        refopt.save(missing / "c.npz", x, refopt.init(rule, x), rule)
+    assert ".tmp" not in str(e.value)
+    assert not missing.exists() and os.listdir(tmp_path) == []
