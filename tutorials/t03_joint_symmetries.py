@@ -194,11 +194,13 @@ def plot(inv: dict, tr: dict, path: str) -> None:
     s = tr["step"]
     for n, v in tr["residual"].items():
         ax2.plot(s, np.maximum(v, floor), color="tab:green", lw=1, alpha=0.7)
-    for m, v in tr["cosine"].items():
-        ax2.plot(s, v, lw=1.2, ls="--", label=f"|<w,g>|/(|w||g|): {m}")
+    cosine_colors = plt.cm.tab20(np.linspace(0, 1, max(len(tr["cosine"]), 1)))   # one colour per weight
+    for (m, v), c in zip(tr["cosine"].items(), cosine_colors):
+        ax2.plot(s, v, lw=1.2, ls="--", color=c, label=f"|<w,g>|/(|w||g|): {m}")
     ax2.plot([], [], color="tab:green", label="identity residual (each symmetry), relative")
     ax2.set_yscale("log")
     ax2.set_xlabel("AdamW step")
+    ax2.set_ylabel("relative residual; |cosine|")
     ax2.set_title("gradient identity holds to rounding; per-weight terms do not vanish", fontsize=9)
     ax2.legend(fontsize=6, ncol=2)
     ax2.grid(alpha=0.3)
@@ -213,7 +215,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="runs/tutorials", help="output folder")
     ap.add_argument("--steps", type=int, default=60, help="AdamW steps of the identity run")
     ap.add_argument("--c", type=float, default=2.5, help="the scale of the rescalings")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the GPT init and the batches")
     a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     os.makedirs(a.out, exist_ok=True)
     tr = identity_along_training(a.steps, seed=a.seed)

@@ -175,9 +175,9 @@ def main(argv=None) -> dict:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", default="runs/tutorials", help="output folder")
     ap.add_argument("--steps", type=int, default=120, help="steps on the quadratic")
-    ap.add_argument("--rosen-steps", type=int, default=1500)
-    ap.add_argument("--matrix-steps", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rosen-steps", type=int, default=1500, help="steps on the Rosenbrock function")
+    ap.add_argument("--matrix-steps", type=int, default=300, help="steps on the matrix problem")
+    ap.add_argument("--seed", type=int, default=0, help="random seed of the problems")
     a = parse_script_args(ap, argv)   # a notebook kernel's "-f KERNEL.json" ignored, a mistyped option refused
     os.makedirs(a.out, exist_ok=True)
     r = run(a.steps, a.rosen_steps, a.matrix_steps, a.seed)
