@@ -231,3 +231,100 @@ def test_a_second_run_into_the_same_out_is_refused_unless_overwrite(tmp_path, ca
     kept = (other / "metrics.csv").read_bytes()
     assert main(["train", "--resume", str(done), "--out", str(other), "--overwrite", "--no-progress"]) == 2
     assert (other / "metrics.csv").read_bytes() == kept                 # "already completed": nothing removed
+
+
+# ---- refopt compare: each option applies to the rules that use it, everything checked before training ----
+CMP_TINY = ["--model", "mlp", "--steps", "3", "--batch-size", "16", "--hidden", "8", "--no-progress",
+            "--eval-interval", "3"]
+
+
+def _config(path):
+    with open(path / "config.json") as f:
+        return json.load(f)
+
+
+def test_compare_applies_schedule_only_to_the_rules_that_take_it(tmp_path):
+    """README's combination: --schedule wsd (and --decay-fraction) with a Schedule-Free rule in the list. The
+    schedule reaches adamw and muon (their lr decays at the last step, their config records it) but not
+    schedulefree-adamw (constant lr, no schedule in its rule or settings)."""
+    out = tmp_path / "cmp"
+    assert main(["compare", "--optimizers", "adamw,muon,schedulefree-adamw", "--schedule", "wsd",
+                 "--decay-fraction", "0.5", "--out", str(out), *CMP_TINY]) == 0
+    runs = _config(out)["runs"]
+    assert list(runs) == ["adamw", "muon", "schedulefree-adamw"]
+    for name, col in (("adamw", "lr[all]"), ("muon", "lr[hidden]")):
+        assert runs[name]["settings"]["schedule"] == "wsd" and runs[name]["settings"]["decay_fraction"] == 0.5
+        rule = runs[name]["rule"]
+        sched = (rule["rules"]["hidden"] if name == "muon" else rule)["schedule"]
+        assert sched["name"] == "WSD" and sched["total_steps"] == 3 and sched["decay_steps"] == 2
+        lrs = [float(r[col]) for r in _read_metrics(out / f"metrics_{name}.csv")]
+        assert lrs[0] == runs[name]["lr"] and lrs[2] < lrs[1] < lrs[0], lrs
+    sf = runs["schedulefree-adamw"]
+    assert "schedule" not in sf["settings"] and "decay_fraction" not in sf["settings"]
+    assert sf["rule"]["schedule"] is None
+    assert {float(r["lr[all]"]) for r in _read_metrics(out / "metrics_schedulefree-adamw.csv")} == {sf["lr"]}
+
+
+def test_compare_runs_are_the_train_runs_of_their_own_options(tmp_path):
+    """--momentum 0.5 with sgd,adamw: each compare run is bit for bit the `refopt train` run of its optimizer
+    with the options it uses (sgd with --momentum 0.5, adamw without it). Negative control: sgd at the
+    default momentum 0.9 gives other losses, so the comparison sees whether --momentum was applied."""
+    out = tmp_path / "cmp"
+    assert main(["compare", "--optimizers", "sgd,adamw", "--momentum", "0.5", "--out", str(out), *CMP_TINY]) == 0
+    runs = _config(out)["runs"]
+    assert runs["sgd"]["settings"]["momentum"] == 0.5 and runs["sgd"]["rule"]["momentum"] == 0.5
+    assert "momentum" not in runs["adamw"]["settings"] and "nesterov" not in runs["adamw"]["settings"]
+    for name, extra in (("sgd", ["--momentum", "0.5"]), ("adamw", []), ("sgd", [])):
+        d = tmp_path / f"train_{name}_{len(extra)}"
+        assert main(["train", "--optimizer", name, *extra, "--out", str(d), *CMP_TINY]) == 0
+        same = (d / "metrics.csv").read_text() == (out / f"metrics_{name}.csv").read_text()
+        assert same == (name != "sgd" or bool(extra)), name
+    assert runs["adamw"]["rule"] == _config(tmp_path / "train_adamw_0")["rule"]
+
+
+@pytest.mark.parametrize("options, needle", [
+    (["--optimizers", "adamw,sgd", "--muon-scale", "jordan"], "--muon-scale does not apply to any of --optimizers"),
+    (["--optimizers", "schedulefree-adamw,schedulefree-sgd", "--schedule", "wsd"], "--schedule does not apply"),
+    (["--optimizers", "adamw,muon", "--muon-momentum", "1.5"], "momentum must be in [0, 1)"),
+    (["--optimizers", "schedulefree-adamw,adamw", "--schedule", "wsd", "--decay-fraction", "2"],
+     "--decay-fraction must be in [0, 1], got 2.0"),
+    (["--optimizers", "sgd,ema", "--ema-decay", "-1"], "decay must be in [0, 1), got -1.0"),
+])
+def test_compare_refuses_a_bad_option_before_training_anything(tmp_path, capsys, monkeypatch, options, needle):
+    """An option for none of the listed rules, or a bad value only the last rule uses, exits 2 with one line
+    before any run trains (fit never called) and nothing is written (the old compare trained the first
+    rules, then failed)."""
+    from refopt.cli import train
+
+    fitted = []
+    monkeypatch.setattr(train, "fit", lambda *a, **k: fitted.append(a) or (_ for _ in ()).throw(AssertionError))
+    out = tmp_path / "cmp"
+    assert main(["compare", *options, "--out", str(out), *CMP_TINY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err, err
+    assert fitted == [] and (not out.exists() or list(out.iterdir()) == [])
+
+
+def test_train_alone_still_refuses_an_option_its_optimizer_does_not_use(tmp_path, capsys):
+    for argv, needle in ((["--optimizer", "schedulefree-adamw", "--schedule", "wsd"], "--schedule does not apply"),
+                         (["--optimizer", "adamw", "--momentum", "0.5"], "--momentum does not apply")):
+        assert main(["train", *argv, "--out", str(tmp_path / "t"), *CMP_TINY]) == 2
+        assert needle in capsys.readouterr().err
+        assert not (tmp_path / "t" / "metrics.csv").exists()
+
+
+def test_for_optimizer_drops_what_the_rule_does_not_use_and_leaves_args_alone():
+    from refopt.cli import build_parser, explicit_options, optimizers
+
+    argv = ["compare", "--optimizers", "adamw,schedulefree-adamw", "--schedule", "wsd", "--decay-fraction", "0.5",
+            "--momentum", "0.5", "--warmup", "2"]
+    args = build_parser().parse_args(argv)
+    args.explicit_options = explicit_options(argv)
+    before = (vars(args).copy(), set(args.explicit_options))
+    sf = optimizers.for_optimizer(args, "schedulefree-adamw")
+    assert (sf.schedule, sf.decay_fraction, sf.momentum, sf.warmup) == (None, 0.2, 0.9, 2)
+    assert sf.explicit_options == {"warmup", "optimizers"}
+    adamw = optimizers.for_optimizer(args, "adamw")
+    assert (adamw.schedule, adamw.decay_fraction, adamw.momentum) == ("wsd", 0.5, 0.9)
+    assert adamw.explicit_options == {"schedule", "decay_fraction", "warmup", "optimizers"}
+    assert (vars(args), args.explicit_options) == before

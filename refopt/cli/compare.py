@@ -1,14 +1,16 @@
 """Train the same model from the same init on the same data order with several optimizers and compare.
 
 Writes ``compare.png`` (training and validation loss against step and against wall time),
-``summary.csv`` (one row per optimizer: final losses and metrics, wall time) and one
-``metrics_<optimizer>.csv`` per run. Every optimizer uses its default peak lr for the model unless
+``summary.csv`` (one row per optimizer: final losses and metrics, wall time), ``config.json`` (per
+optimizer the settings its run applied and its rule) and one ``metrics_<optimizer>.csv`` per run. An
+option is rejected (before anything trains) only when it applies to none of the listed optimizers; each
+run applies the options its own rule uses (the Schedule-Free rules take ``--warmup`` but no
+``--schedule``). Every optimizer uses its default peak lr for the model unless
 ``--lr`` is given (then it applies to all, which is rarely what you want for rules of different kinds).
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 
 import numpy as np
@@ -35,13 +37,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--optimizers lists a name twice: {names}")
     train.check_options(args, names)       # an option none of the chosen optimizers uses is an error
     out = output.prepare_out(args.out, check_run=True, overwrite=args.overwrite)
+    # every run checked and its rule built before any trains: a bad value fails now, not after an hour
+    per_run = {name: optimizers.for_optimizer(args, name) for name in names}
+    prepared, task = {}, None
+    for name, a in per_run.items():
+        prepared[name] = train.prepare(a, task)
+        task = prepared[name][0]
     runs, summary = {}, []
-    for name in names:
-        a = copy.copy(args)
-        a.optimizer = name
-        if name in optimizers.SCHEDULE_FREE:
-            a.schedule = None                  # Schedule-Free rules take only --warmup
-        result = train.train_one(a, progress_desc=name)
+    for name, a in per_run.items():
+        result = train.train_one(a, progress_desc=name, prepared=prepared[name])
         runs[name] = result
         summary.append(summary_row(name, result))
     if args.overwrite:                         # every run succeeded: the previous run's files go only now
@@ -51,12 +55,28 @@ def run(args: argparse.Namespace) -> int:
         output.write_csv(os.path.join(out, f"metrics_{name}.csv"), rows, train.metric_columns(rows))
     cols = list(summary[0])
     output.write_csv(os.path.join(out, "summary.csv"), summary, cols)
+    output.write_json(os.path.join(out, "config.json"), config(names, per_run, prepared, runs))
     _plot(os.path.join(out, "compare.png"), runs, args)
     for s in summary:
         print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()))
-    print(f"wrote {out}/{{summary.csv, compare.png, metrics_*.csv}}")
+    print(f"wrote {out}/{{summary.csv, config.json, compare.png, metrics_*.csv}}")
     return 0
 
+
+def config(names, per_run, prepared, runs) -> dict:
+    """config.json of a compare: per optimizer the settings its run applied (those of the options its rule
+    uses, e.g. no ``schedule`` for a Schedule-Free rule), its steps, peak lr, rule and final metrics; the
+    task once (it is the same for every run). No wall times: the same seed gives the same file."""
+    out = {"command": "compare", "optimizers": names, "runs": {}}
+    for name in names:
+        a, (task, rule, lr, steps) = per_run[name], prepared[name]
+        unused = set(optimizers.unused_options(name, a))
+        settings = {k: v for k, v in train._settings(a).items() if k not in unused and k != "optimizers"}
+        out["runs"][name] = {"settings": settings, "steps": steps, "lr": lr, "rule": train.describe_rule(rule),
+                             "final": runs[name]["final"]}
+    out["task"] = prepared[names[0]][0].describe()
+    out["versions"] = output.package_versions()
+    return out
 
 
 def summary_row(name: str, result: dict) -> dict:

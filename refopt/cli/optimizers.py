@@ -9,6 +9,7 @@ biases, the input layer and the head, as practitioners run Muon.
 from __future__ import annotations
 
 import argparse
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -145,6 +146,37 @@ def check_options(args: argparse.Namespace, names: list[str]) -> None:
             which = f"--optimizer {names[0]}" if len(names) == 1 else f"any of --optimizers {','.join(names)}"
             raise ValueError(f"--{dest.replace('_', '-')} does not apply to {which} (it is used by "
                              f"{', '.join(users) if users else 'no optimizer with these settings'})")
+
+
+def option_defaults() -> dict:
+    """``{dest: default}`` of the optimizer options (:func:`add_arguments`)."""
+    p = argparse.ArgumentParser(add_help=False)
+    add_arguments(p, with_name=False)
+    return vars(p.parse_args([]))
+
+
+def for_optimizer(args: argparse.Namespace, name: str) -> argparse.Namespace:
+    """A copy of ``args`` for the run of optimizer ``name`` among several (``refopt compare``): every option
+    written on the command line that ``name`` does not use (``USED_BY``) goes back to its default and out of
+    ``explicit_options``, so the run applies, checks and records only its own rule's options (the
+    Schedule-Free rules drop ``--schedule`` and ``--decay-fraction``, adamw drops ``--momentum``). ``args``
+    is not modified."""
+    a = copy.copy(args)
+    a.optimizer = name
+    a.explicit_options = set(getattr(args, "explicit_options", ()))
+    defaults = option_defaults()
+    dropped = True
+    while dropped:          # until nothing changes: whether --decay-fraction is used depends on --schedule
+        dropped = [d for d in sorted(a.explicit_options) if d in USED_BY and not USED_BY[d](name, a)]
+        for dest in dropped:
+            setattr(a, dest, defaults[dest])
+            a.explicit_options.discard(dest)
+    return a
+
+
+def unused_options(name: str, args: argparse.Namespace) -> list[str]:
+    """The optimizer options (dests) that optimizer ``name`` does not use with the settings ``args``."""
+    return [d for d in USED_BY if not USED_BY[d](name, args)]
 
 
 def add_arguments(p: argparse.ArgumentParser, with_name: bool = True) -> None:

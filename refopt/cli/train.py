@@ -124,11 +124,14 @@ def _total_steps(args, task) -> int:
     return DEFAULTS[args.model]["steps"]
 
 
-def prepare(args):
-    """(task, rule, lr, steps) for fully resolved ``args``."""
+def prepare(args, task=None):
+    """(task, rule, lr, steps) for fully resolved ``args``: every option checked (ValueError, one line) and
+    the rule built, nothing trained. ``task``: one already built for the same model options (``refopt
+    compare`` shares it between its runs), else a new one."""
     _resolve(args)
     check_options(args, [args.optimizer])
-    task = TASKS[args.model](args, DTYPES[args.dtype])
+    if task is None:
+        task = TASKS[args.model](args, DTYPES[args.dtype])
     steps = _total_steps(args, task)
     if args.warmup is None:  # the model's default, at most a tenth of the run
         args.warmup = min(DEFAULTS[args.model]["warmup"], steps // 10)
@@ -188,9 +191,10 @@ def fit(task, rule, steps: int, seed: int, lr: float, schedule, eval_interval: i
     return params, state, rows
 
 
-def train_one(args, progress_desc: str = "train") -> dict:
-    """Prepare and fit one run of ``args`` (no files written); used by ``refopt compare``."""
-    task, rule, lr, steps = prepare(args)
+def train_one(args, progress_desc: str = "train", prepared=None) -> dict:
+    """Fit one run of ``args`` (no files written); used by ``refopt compare``. ``prepared``: what
+    :func:`prepare` returned for ``args`` (called here if None)."""
+    task, rule, lr, steps = prepare(args) if prepared is None else prepared
     t0 = time.perf_counter()
     params, state, rows = fit(task, rule, steps, args.seed, lr, args.schedule_fn, args.eval_interval,
                               progress=not args.no_progress, desc=progress_desc)
