@@ -62,10 +62,22 @@ def test_float64_run(tmp_path):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--lr", "-1"], "lr must be >= 0"),
+    (["--lr", "-1"], "error: --lr must be >= 0, got -1.0"),
     (["--steps", "0"], "--steps must be >= 1"),
     (["--batch-size", "0"], "--batch-size must be >= 1"),
-    (["--beta1", "1.5", "--optimizer", "adam"], "beta1 must be in [0, 1)"),
+    (["--beta1", "1.5", "--optimizer", "adam"], "error: --beta1 must be in [0, 1), got 1.5"),
+    # the rule's error names the option that set the field, not the field (review2 finding 12)
+    (["--optimizer", "muon", "--lr", "-1"], "error: --lr must be >= 0, got -1.0"),
+    (["--optimizer", "muon", "--adam-lr", "-1"], "error: --adam-lr must be >= 0, got -1.0"),
+    (["--optimizer", "muon", "--muon-momentum", "1.5"], "error: --muon-momentum must be in [0, 1), got 1.5"),
+    (["--optimizer", "muon", "--ns-steps", "0"], "error: --ns-steps must be an int in [1, 100), got 0"),
+    (["--optimizer", "covariant", "--covariant-base", "sgd", "--momentum", "-1"], "error: --momentum must be in"),
+    (["--optimizer", "schedulefree-adamw", "--sf-beta", "2"], "error: --sf-beta must be in [0, 1], got 2.0"),
+    (["--optimizer", "ema", "--ema-decay", "2"], "error: --ema-decay must be in [0, 1), got 2.0"),
+    (["--optimizer", "adamh", "--eps", "nan"], "error: --eps must be"),
+    (["--optimizer", "sgd", "--nesterov", "--momentum", "0"], "error: --nesterov: nesterov=True needs momentum > 0"),
+    (["--weight-decay", "2", "--wd-mode", "independent"], "error: --weight-decay: independent weight_decay is"),
+    (["--model", "gpt", "--n-head", "3"], "error: --n-embd 128 is not divisible by --n-head 3"),
 ])
 def test_bad_values_one_line_error(tmp_path, capsys, argv, needle):
     assert main(["train", "--model", "mlp", "--out", str(tmp_path), "--no-progress", *argv]) == 2
@@ -285,10 +297,10 @@ def test_compare_runs_are_the_train_runs_of_their_own_options(tmp_path):
 @pytest.mark.parametrize("options, needle", [
     (["--optimizers", "adamw,sgd", "--muon-scale", "jordan"], "--muon-scale does not apply to any of --optimizers"),
     (["--optimizers", "schedulefree-adamw,schedulefree-sgd", "--schedule", "wsd"], "--schedule does not apply"),
-    (["--optimizers", "adamw,muon", "--muon-momentum", "1.5"], "momentum must be in [0, 1)"),
+    (["--optimizers", "adamw,muon", "--muon-momentum", "1.5"], "--muon-momentum must be in [0, 1)"),
     (["--optimizers", "schedulefree-adamw,adamw", "--schedule", "wsd", "--decay-fraction", "2"],
      "--decay-fraction must be in [0, 1], got 2.0"),
-    (["--optimizers", "sgd,ema", "--ema-decay", "-1"], "decay must be in [0, 1), got -1.0"),
+    (["--optimizers", "sgd,ema", "--ema-decay", "-1"], "--ema-decay must be in [0, 1), got -1.0"),
 ])
 def test_compare_refuses_a_bad_option_before_training_anything(tmp_path, capsys, monkeypatch, options, needle):
     """An option for none of the listed rules, or a bad value only the last rule uses, exits 2 with one line
@@ -328,3 +340,23 @@ def test_for_optimizer_drops_what_the_rule_does_not_use_and_leaves_args_alone():
     assert (adamw.schedule, adamw.decay_fraction, adamw.momentum) == ("wsd", 0.5, 0.9)
     assert adamw.explicit_options == {"schedule", "decay_fraction", "warmup", "optimizers"}
     assert (vars(args), args.explicit_options) == before
+
+
+def test_a_rule_error_names_the_option_that_set_the_field():
+    """optimizers._make: the field the message names first becomes its option; a message about no field it
+    was given passes unchanged (negative control: 'lr' inside another word is not the field lr)."""
+    from refopt.cli.optimizers import _make
+
+    class Rule:
+        def __init__(self, lr=0.1, momentum=0.9, msg=""):
+            raise ValueError(msg)
+
+    cases = [("lr must be >= 0, got -1.0", {}, "--lr must be >= 0, got -1.0"),
+             ("lr must be >= 0, got -1.0", {"lr": "--adam-lr"}, "--adam-lr must be >= 0, got -1.0"),
+             ("momentum: bad", {}, "--momentum: bad"),
+             ("with these settings momentum and lr clash", {}, "--momentum: with these settings momentum and lr clash"),
+             ("scalrs are not arrays", {}, "scalrs are not arrays")]
+    for msg, options, expected in cases:
+        with pytest.raises(ValueError) as e:
+            _make(Rule, options, lr=1.0, momentum=0.5, msg=msg)
+        assert str(e.value) == expected

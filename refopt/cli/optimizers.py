@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,23 +25,50 @@ class Entry:
     partitioned: bool = False
 
 
+#: the command-line option that sets each rule field (a rule's ValueError about the field names the option)
+FIELD_OPTIONS = {"lr": "--lr", "momentum": "--momentum", "nesterov": "--nesterov", "beta1": "--beta1",
+                 "beta2": "--beta2", "eps": "--eps", "weight_decay": "--weight-decay", "wd_mode": "--wd-mode",
+                 "ns_steps": "--ns-steps", "ns_coeffs": "--ns-coeffs", "scale": "--muon-scale",
+                 "warmup_steps": "--warmup", "beta": "--sf-beta", "decay": "--ema-decay"}
+
+
+def _make(cls, options: dict | None = None, **fields):
+    """``cls(**fields)``; its ValueError about a field is raised again naming the command-line option that
+    set the field (``FIELD_OPTIONS``, with ``options`` overriding: the AdamW part of a partitioned rule takes
+    its lr from ``--adam-lr``): ``lr must be >= 0, got -1.0`` becomes ``--lr must be >= 0, got -1.0``."""
+    try:
+        return cls(**fields)
+    except ValueError as e:
+        names = {**FIELD_OPTIONS, **(options or {})}
+        msg = str(e)
+        found = [(m.start(), f) for f in fields if f in names for m in [re.search(rf"\b{f}\b", msg)] if m]
+        if not found:
+            raise
+        at, field = min(found)              # the field the message is about: the first it names
+        if at == 0 and msg[len(field):len(field) + 1] in (" ", ":"):
+            raise ValueError(names[field] + msg[len(field):]) from None
+        raise ValueError(f"{names[field]}: {msg}") from None
+
+
 def _sgd(a, lr, sched):
-    return refopt.SGD(lr=lr, momentum=a.momentum, nesterov=a.nesterov, weight_decay=_wd(a, 0.0), schedule=sched)
+    return _make(refopt.SGD, lr=lr, momentum=a.momentum, nesterov=a.nesterov, weight_decay=_wd(a, 0.0),
+                 schedule=sched)
 
 
 def _adam(a, lr, sched):
-    return refopt.Adam(lr=lr, beta1=a.beta1, beta2=a.beta2, eps=a.eps, weight_decay=_wd(a, 0.0), schedule=sched)
+    return _make(refopt.Adam, lr=lr, beta1=a.beta1, beta2=a.beta2, eps=a.eps, weight_decay=_wd(a, 0.0),
+                 schedule=sched)
 
 
-def _adamw(a, lr, sched, wd=None):
-    return refopt.AdamW(lr=lr, beta1=a.beta1, beta2=a.beta2, eps=a.eps,
-                        weight_decay=_wd(a, 0.01) if wd is None else wd, wd_mode=a.wd_mode, schedule=sched)
+def _adamw(a, lr, sched, wd=None, lr_option="--lr"):
+    return _make(refopt.AdamW, {"lr": lr_option}, lr=lr, beta1=a.beta1, beta2=a.beta2, eps=a.eps,
+                 weight_decay=_wd(a, 0.01) if wd is None else wd, wd_mode=a.wd_mode, schedule=sched)
 
 
 def _muon(a, lr, sched, wd=None):
-    return refopt.Muon(lr=lr, momentum=a.muon_momentum, ns_coeffs=a.ns_coeffs, ns_steps=a.ns_steps,
-                       scale=a.muon_scale, weight_decay=_wd(a, 0.0) if wd is None else wd, wd_mode=a.wd_mode,
-                       schedule=sched)
+    return _make(refopt.Muon, {"momentum": "--muon-momentum"}, lr=lr, momentum=a.muon_momentum,
+                 ns_coeffs=a.ns_coeffs, ns_steps=a.ns_steps, scale=a.muon_scale,
+                 weight_decay=_wd(a, 0.0) if wd is None else wd, wd_mode=a.wd_mode, schedule=sched)
 
 
 def _hidden_base(a, name):
@@ -48,8 +76,12 @@ def _hidden_base(a, name):
     if name == "muon":
         return _muon(a, 1.0, None, wd=0.0)
     if name == "adam":
-        return refopt.Adam(lr=1.0, beta1=a.beta1, beta2=a.beta2, eps=a.eps)
-    return refopt.SGD(lr=1.0, momentum=a.momentum, nesterov=a.nesterov)
+        return _make(refopt.Adam, lr=1.0, beta1=a.beta1, beta2=a.beta2, eps=a.eps)
+    return _make(refopt.SGD, lr=1.0, momentum=a.momentum, nesterov=a.nesterov)
+
+
+def _hyperball(a, base, lr, sched):
+    return _make(refopt.Hyperball, base=_hidden_base(a, base), lr=lr, schedule=sched)
 
 
 def _wd(a, default):
@@ -57,7 +89,7 @@ def _wd(a, default):
 
 
 def _partition(hidden_rule, a, sched, labels):
-    other = _adamw(a, a.adam_lr, sched, wd=0.0 if a.weight_decay is None else a.weight_decay)
+    other = _adamw(a, a.adam_lr, sched, wd=0.0 if a.weight_decay is None else a.weight_decay, lr_option="--adam-lr")
     return refopt.Partition(rules={"hidden": hidden_rule, "other": other}, labels=labels)
 
 
@@ -70,26 +102,29 @@ OPTIMIZERS = {
     "muon": Entry(lambda a, lr, s, lab: _partition(_muon(a, lr, s), a, s, lab), {"mlp": 0.02, "gpt": 0.02},
                   "Muon on the hidden matrices (--muon-scale, --ns-coeffs, --ns-steps, --muon-momentum), "
                   "AdamW elsewhere", partitioned=True),
-    "muonh": Entry(lambda a, lr, s, lab: _partition(refopt.Hyperball(_hidden_base(a, "muon"), lr=lr, schedule=s),
-                                                    a, s, lab), {"mlp": 0.02, "gpt": 0.02},
+    "muonh": Entry(lambda a, lr, s, lab: _partition(_hyperball(a, "muon", lr, s), a, s, lab),
+                   {"mlp": 0.02, "gpt": 0.02},
                    "Hyperball(Muon) (MuonH, seed 002) on the hidden matrices, AdamW elsewhere", partitioned=True),
-    "adamh": Entry(lambda a, lr, s, lab: _partition(refopt.Hyperball(_hidden_base(a, "adam"), lr=lr, schedule=s),
-                                                    a, s, lab), {"mlp": 0.02, "gpt": 0.02},
+    "adamh": Entry(lambda a, lr, s, lab: _partition(_hyperball(a, "adam", lr, s), a, s, lab),
+                   {"mlp": 0.02, "gpt": 0.02},
                    "Hyperball(Adam) (AdamH) on the hidden matrices, AdamW elsewhere", partitioned=True),
     "covariant": Entry(lambda a, lr, s, lab: _partition(
-        refopt.Covariant(_hidden_base(a, a.covariant_base), lr=lr, schedule=s), a, s, lab),
+        _make(refopt.Covariant, base=_hidden_base(a, a.covariant_base), lr=lr, schedule=s), a, s, lab),
         {"mlp": 0.02, "gpt": 0.02},
         "Covariant / ELR rule (seed 000, eq. elr-u) over --covariant-base on the hidden matrices, AdamW "
         "elsewhere", partitioned=True),
-    "schedulefree-sgd": Entry(lambda a, lr, s, lab: refopt.ScheduleFreeSGD(
-        lr=lr, beta=a.sf_beta, warmup_steps=a.warmup, weight_decay=_wd(a, 0.0)), {"mlp": 1.0, "gpt": 1.0},
+    "schedulefree-sgd": Entry(lambda a, lr, s, lab: _make(
+        refopt.ScheduleFreeSGD, lr=lr, beta=a.sf_beta, warmup_steps=a.warmup, weight_decay=_wd(a, 0.0)),
+        {"mlp": 1.0, "gpt": 1.0},
         "Schedule-Free SGD (Defazio et al. 2024, reference implementation); --warmup"),
-    "schedulefree-adamw": Entry(lambda a, lr, s, lab: refopt.ScheduleFreeAdamW(
-        lr=lr, beta1=a.sf_beta, beta2=a.beta2, eps=a.eps, warmup_steps=a.warmup, weight_decay=_wd(a, 0.0)),
+    "schedulefree-adamw": Entry(lambda a, lr, s, lab: _make(
+        refopt.ScheduleFreeAdamW, {"beta1": "--sf-beta"}, lr=lr, beta1=a.sf_beta, beta2=a.beta2, eps=a.eps,
+        warmup_steps=a.warmup, weight_decay=_wd(a, 0.0)),
         {"mlp": 3e-3, "gpt": 3e-3}, "Schedule-Free AdamW (reference implementation); --warmup"),
     "average": Entry(lambda a, lr, s, lab: refopt.Average(_adamw(a, lr, s)), {"mlp": 3e-3, "gpt": 3e-3},
                      "AdamW with a uniform average of the iterates for evaluation (seed 004)"),
-    "ema": Entry(lambda a, lr, s, lab: refopt.EMA(_adamw(a, lr, s), decay=a.ema_decay), {"mlp": 3e-3, "gpt": 3e-3},
+    "ema": Entry(lambda a, lr, s, lab: _make(refopt.EMA, base=_adamw(a, lr, s), decay=a.ema_decay),
+                 {"mlp": 3e-3, "gpt": 3e-3},
                  "AdamW with an EMA of the iterates for evaluation (--ema-decay; seed 004)"),
 }
 

@@ -107,6 +107,9 @@ class GPTTask:
         ids = self.vocab.encode(self.corpus.text)
         self.train_ids, self.val_ids = split_ids(ids, 0.1)
         self.dtype = dtype
+        if args.n_embd % args.n_head:
+            raise ValueError(f"--n-embd {args.n_embd} is not divisible by --n-head {args.n_head} (each head takes "
+                             f"n_embd / n_head of the width)")
         self.config = gpt.GPTConfig(vocab_size=self.vocab.size, block_size=args.block_size, n_layer=args.n_layer,
                                     n_head=args.n_head, n_embd=args.n_embd, ffn=args.ffn, qk_norm=args.qk_norm,
                                     tie_head=not args.untie_head, init=args.init)
