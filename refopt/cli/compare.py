@@ -36,13 +36,14 @@ def run(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"--optimizers lists a name twice: {names}")
     train.check_options(args, names)       # an option none of the chosen optimizers uses is an error
-    out = output.prepare_out(args.out, check_run=True, overwrite=args.overwrite)
-    # every run checked and its rule built before any trains: a bad value fails now, not after an hour
+    # every run checked and its rule built before any trains (or --out is created): a bad value fails now,
+    # not after the runs before it have trained
     per_run = {name: optimizers.for_optimizer(args, name) for name in names}
     prepared, task = {}, None
     for name, a in per_run.items():
         prepared[name] = train.prepare(a, task)
         task = prepared[name][0]
+    out = output.prepare_out(args.out, check_run=True, overwrite=args.overwrite)
     runs, summary = {}, []
     for name, a in per_run.items():
         result = train.train_one(a, progress_desc=name, prepared=prepared[name])
