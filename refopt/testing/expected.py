@@ -7,16 +7,27 @@ not stated). The reasons, property by property (see :mod:`refopt.testing.propert
   L2 decay (eps -> 0; decoupled decay does not involve g), Schedule-Free AdamW without decay, Muon
   (msign; eps_mode 'add'/'clamp' up to eps/||X||), Covariant/Hyperball of such a base or of SGD
   without L2 (u/||u|| removes a scale of u that is homogeneous in g), EMA/Average of an invariant base,
-  Partition when every sub-rule is. Not SGD (the step is linear in g), not L2 decay (g + lambda x).
+  Partition when every sub-rule is; Lion (sign(b1 c m + (1-b1) c g) = sign(b1 m + (1-b1) g), its decay
+  decoupled; sign(0) = 0 either way). Not SGD (the step is linear in g), not L2 decay (g + lambda x).
+  ClipByGlobalNorm(base) feeds the base g'_t = g_t min(1, M/(N_t + eps)): with c g the clip is active at
+  some steps and not at others (c N_t against M), so the base sees the steps' gradients in other ratios;
+  it holds only for a base that ignores a separate scale of each step's gradient (Lion with beta1 = 0,
+  Muon with momentum 0, Adam with beta1 = beta2 = 0, Covariant/Hyperball of SGD without momentum or L2,
+  wrappers of these), not for Clip(Adam) in general. A measurement may still find it holding: with
+  max_norm below every drawn gradient norm the clip is active at every step of both runs (g'_t =
+  M g_t/N_t for every c, eps = 0), and no drawn example separates the two.
 * parameter_scale_covariance and reparametrization_covariance (seed 000, eq. phi): Covariant and
   Hyperball (radius None) of a gradient-scale-invariant base or of SGD without L2; nothing else (SGD:
   lr c^-2; Adam, Muon: the step does not scale with w). Reparametrization runs a closed loop whose
   gradients approach 0, so with an Adam base (LAMB) it holds only as eps -> 0: not stated (None).
 * orthogonal_equivariance: rules built from linear maps of g and x and orthogonally invariant norms:
   SGD (momentum, Nesterov, L2), Muon (msign(U G V^T) = U msign(G) V^T; the shape scale is fixed),
-  Schedule-Free SGD, Covariant/Hyperball ('fro' norm) of such a base. Not the elementwise-adaptive
-  ones (Adam, AdamW, Schedule-Free AdamW: sqrt(v) is taken per entry).
-* permutation_equivariance: every elementwise rule and Covariant/Hyperball of one; not Muon.
+  Schedule-Free SGD, Covariant/Hyperball ('fro' norm) of such a base, ClipByGlobalNorm of such a base
+  (||U G V^T||_F = ||G||_F: the same factor). Not the elementwise-adaptive ones (Adam, AdamW,
+  Schedule-Free AdamW: sqrt(v) is taken per entry; Lion: sign is taken per entry).
+* permutation_equivariance: every elementwise rule (SGD, Adam, AdamW, Lion, Schedule-Free) and
+  Covariant/Hyperball/EMA/Average/ClipByGlobalNorm of one (the norms are permutation invariant, so the
+  factor is one scalar); not Muon.
 * gpt_symmetry_equivariance: a scalar joint rescaling (c up, 1/c down) commutes with the step only
   when the step of every array scales with the array itself and ignores the gradient's scale:
   Covariant and Hyperball of a gradient-scale-invariant base without eps (SGD, Muon eps_mode 'none');
@@ -30,7 +41,8 @@ not stated). The reasons, property by property (see :mod:`refopt.testing.propert
 
 Known limits of the table: Covariant/Hyperball of Muon with eps_mode 'add' hold up to eps; user norms
 (a callable ``norm``) are assumed positively homogeneous; Partition is the conjunction of its
-sub-rules. The table is checked against the measured outcome of each refopt rule in the tests.
+sub-rules. The table is checked against the measured outcome of a refopt rule of each family (with
+wrappers around several bases) in tests/test_testing_toolkit.py, with a wrong entry as negative control.
 """
 from __future__ import annotations
 
@@ -43,18 +55,46 @@ def _name(rule) -> str:
 
 def _grad_scale(rule) -> bool:
     n = _name(rule)
-    if n in ("Adam", "AdamW"):
+    if n in ("Adam", "AdamW"):               # m/sqrt(v): degree 0 in g (eps -> 0); L2 adds lambda x to g
         return not (n == "Adam" and rule.weight_decay > 0)
-    if n == "ScheduleFreeAdamW":
+    if n == "ScheduleFreeAdamW":             # Adam's ratio again; its decay enters the gradient point
         return rule.weight_decay == 0
-    if n == "Muon":
+    if n == "Muon":                          # msign(c M) = msign(M); decay multiplies x, not g
+        return True
+    if n == "Lion":                          # sign(b1 c m + (1-b1) c g) = sign(b1 m + (1-b1) g); decay x only
         return True
     if n in ("Covariant", "Hyperball"):      # u/||u||: a base direction homogeneous in g suffices
         return _normalisable(rule.base)
-    if n in ("EMA", "Average"):
+    if n in ("EMA", "Average"):              # an average of the base's iterates
         return _grad_scale(rule.base)
-    if n == "Partition":
+    if n == "Partition":                     # each array follows one sub-rule
         return all(_grad_scale(r) for r in rule.rules.values())
+    if n == "ClipByGlobalNorm":              # g_t min(1, M/(N_t + eps)): active or not per step, by c
+        return _step_scale_free(rule.base)
+    return False
+
+
+def _step_scale_free(rule) -> bool:
+    """The steps ignore a separate positive scale c_t > 0 of each step's gradient (what ClipByGlobalNorm
+    needs: its factor min(1, M/(c N_t + eps)) gives c g_t at some steps and M g_t/(N_t + eps) at others, so
+    an accumulated m or v mixes the steps in another ratio and a merely scale-invariant base is not
+    enough). Holds when each step sees only g_t's direction: Lion with beta1 = 0 (sign(g_t)), Muon with
+    momentum 0 (msign(g_t)), Adam/AdamW with beta1 = beta2 = 0 (g/|g|, eps -> 0), Covariant/Hyperball of
+    SGD without momentum or L2 (g_t/||g_t||) or of such a base, wrappers of such bases."""
+    n = _name(rule)
+    if n == "Lion":
+        return rule.beta1 == 0
+    if n == "Muon":
+        return rule.momentum == 0
+    if n in ("Adam", "AdamW"):
+        return rule.beta1 == 0 and rule.beta2 == 0 and _grad_scale(rule)
+    if n in ("Covariant", "Hyperball"):
+        b = rule.base
+        return _step_scale_free(b) or (_name(b) == "SGD" and b.weight_decay == 0 and b.momentum == 0)
+    if n in ("EMA", "Average", "ClipByGlobalNorm"):
+        return _step_scale_free(rule.base)
+    if n == "Partition":
+        return all(_step_scale_free(r) for r in rule.rules.values())
     return False
 
 
@@ -71,14 +111,18 @@ def _orthogonal(rule) -> bool:
         return rule.norm in ("fro", "rms") and _orthogonal(rule.base)
     if n in ("Hyperball", "EMA", "Average"):
         return _orthogonal(rule.base)
+    if n == "ClipByGlobalNorm":              # sum ||U G V^T||_F^2 = sum ||G||_F^2: the same factor
+        return _orthogonal(rule.base)
     return False
 
 
 def _elementwise(rule) -> bool:
     n = _name(rule)
-    if n in ("SGD", "Adam", "AdamW", "ScheduleFreeSGD", "ScheduleFreeAdamW"):
-        return True
+    if n in ("SGD", "Adam", "AdamW", "ScheduleFreeSGD", "ScheduleFreeAdamW", "Lion"):
+        return True                          # each entry's step reads only that entry's x, g and state
     if n in ("Covariant", "Hyperball", "EMA", "Average"):
+        return _elementwise(rule.base)       # ||P a|| = ||a|| for the per-array norms; averages entrywise
+    if n == "ClipByGlobalNorm":              # N = sqrt(sum g^2) is the same for P g: one scalar factor
         return _elementwise(rule.base)
     if n == "Partition":
         return all(_elementwise(r) for r in rule.rules.values())
