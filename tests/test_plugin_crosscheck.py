@@ -119,6 +119,31 @@ def test_float32_and_arguments():
         check_impl(torch.optim.Adam, "Adom()")
 
 
+def test_problem_selection_is_checked_before_any_work_and_never_agrees_empty(monkeypatch):
+    """problems=() compared nothing and reported agreement for a wrong Adam (all() over nothing); an
+    unknown name or a non-str entry is refused listing the known problems; one name as a str is one
+    problem (not its characters). Nothing runs before the check (make_adapter would be called first)."""
+    import refopt.crosscheck.plugin as plugin
+
+    called = []
+    real = plugin.make_adapter
+    monkeypatch.setattr(plugin, "make_adapter", lambda *a, **k: called.append(1) or real(*a, **k))
+    wrong = W.adam_off_by_one                                  # a wrong Adam: must never agree
+    for bad, msg in [((), "problems is empty"), ([], "problems is empty"), (iter(()), "problems is empty"),
+                     (["stream", "streem"], r"unknown problem 'streem' in problems; choose from \['stream'"),
+                     ([1], "unknown problem 1"), (None, "a name or a sequence of names"), ("", "unknown problem ''")]:
+        with pytest.raises(ValueError, match=msg):
+            check_impl(wrong, "Adam(lr=0.01)", {"lr": 0.01}, steps=3, problems=bad)
+    assert called == []
+    one = check_impl(wrong, "Adam(lr=0.01)", {"lr": 0.01}, steps=3, problems="stream")
+    assert [p.problem for p in one.problems] == ["stream"] and not one.agree and one.exit_code == 1
+    ok = check_impl(torch.optim.Adam, "Adam(lr=0.01)", {"lr": 0.01}, steps=3, problems=["stream", "stream"])
+    assert [p.problem for p in ok.problems] == ["stream"] and ok.agree, ok.report()
+    # a result with no problem (built by hand) does not agree, and its report does not crash
+    empty = plugin.PluginResult("x", "Adam()", "torch", "torch", "float64", 3, [])
+    assert not empty.agree and empty.exit_code == 1 and "no problem was compared" in empty.report()
+
+
 def test_numpy_kind_and_user_errors():
     from refopt.testing.adapters import UserCodeError
 

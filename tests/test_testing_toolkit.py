@@ -120,6 +120,35 @@ def test_invariants_report_torch_adam_and_wrong_claim():
     assert rep.exit_code == 0 and rep.rows[0][4] == "expected"      # an expected failure is not an error
 
 
+def test_invariants_property_selection_checked_before_any_work():
+    """properties=[] or a misspelt name ran nothing and exited 0; now a ValueError naming the known
+    properties, raised before anything runs (the implementation here raises if it is ever called); one
+    name as a str is one property; a report without rows prints instead of crashing."""
+    class Untouchable:
+        def init(self, params):
+            raise AssertionError("ran before the selection was checked")
+        step = init
+
+    for bad, msg in [([], "properties is empty"), ((), "properties is empty"),
+                     (["gradient_scale_invariants"], r"unknown property 'gradient_scale_invariants' in "
+                                                     r"properties; choose from \['gradient_scale_invariance'"),
+                     ([None], "unknown property None"), (3, "a name or a sequence of names")]:
+        with pytest.raises(ValueError, match=msg):
+            P.invariants(Untouchable(), "SGD(lr=0.1)", framework="numpy", properties=bad, max_examples=2)
+
+    class SqrtSign:                                  # negative control: the str selection runs and catches it
+        def init(self, params):
+            return None
+
+        def step(self, state, params, grads):        # lr sign(g) sqrt|g|: scales with c^(1/2), Adam does not
+            return [x - 0.1 * np.sign(g) * np.abs(g) ** 0.5 for x, g in zip(params, grads)], state
+    rep = P.invariants(SqrtSign(), "Adam(lr=0.1)", framework="numpy", properties="gradient_scale_invariance",
+                       max_examples=3)
+    assert [r[0] for r in rep.rows] == ["gradient_scale_invariance"] and rep.exit_code == 1, rep.table()
+    empty = P.InvariantsReport("x", "SGD()", 1e-5)
+    assert "no property was checked" in empty.table()
+
+
 def test_optax_lamb_table_row():
     optax = pytest.importorskip("optax")
     rep = P.invariants(optax.lamb, "Covariant(Adam(eps=1e-6), lr=0.01)", {"learning_rate": 0.01}, framework="jax",

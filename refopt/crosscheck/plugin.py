@@ -39,10 +39,32 @@ from refopt.crosscheck.problems import PROBLEMS, make_problem
 from refopt.testing.adapters import Adapter, RuleAdapter, make_adapter
 
 __all__ = ["check_impl", "PluginResult", "ProblemResult", "Diagnosis", "tolerance_tiers", "bf16_newton_schulz",
-           "DEFAULT_PROBLEMS"]
+           "DEFAULT_PROBLEMS", "select_names"]
 
 DEFAULT_PROBLEMS = ("stream", "quadratic", "mlp", "gpt")
 DTYPES = {"float64": np.float64, "float32": np.float32}
+
+
+def select_names(arg: str, value, known, noun: str) -> tuple:
+    """The names selected by ``value`` (one name as a str, or an iterable of names), checked against the
+    ``known`` ones, in the given order without repeats; shared by :func:`check_impl` (problems) and
+    :func:`refopt.testing.invariants` (properties). Raises ValueError, before any work is done, for an
+    empty selection (nothing would be compared, and all() over nothing would report agreement), an
+    unknown name (listing the known ones) or an entry that is not a str; ``noun`` names one entry
+    in the messages ('problem')."""
+    known = list(known)
+    names = (value,) if isinstance(value, str) else value
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise ValueError(f"{arg} must be a name or a sequence of names from {known}, got {value!r}") from None
+    if not names:
+        raise ValueError(f"{arg} is empty: nothing would be checked; choose from {known}")
+    for n in names:
+        if not isinstance(n, str) or n not in known:
+            raise ValueError(f"unknown {noun} {n!r} in {arg}; "
+                             f"choose from {known}")
+    return tuple(dict.fromkeys(names))
 
 
 def _walk(rule):
@@ -244,7 +266,8 @@ class PluginResult:
 
     @property
     def agree(self) -> bool:
-        return all(p.agree for p in self.problems)
+        """Every problem agrees; a result with no problem compared does not agree."""
+        return bool(self.problems) and all(p.agree for p in self.problems)
 
     @property
     def exit_code(self) -> int:
@@ -264,7 +287,9 @@ class PluginResult:
             st = ", ".join(f"{f}~{k}:{v:.1e}" if k else f"{f}:-" for f, (k, v) in p.state.items()) or "-"
             rows.append([p.problem, f"{p.params_rel:.2e}", f"{p.update_rel:.2e}", st, p.tier or "-",
                          "agree" if p.agree else ("ERROR" if p.error else "DIFFER")])
-        w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+        w = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(head)]
+        if not rows:
+            lines.append("no problem was compared")
         lines += ["  ".join(h.ljust(x) for h, x in zip(head, w)), "  ".join("-" * x for x in w)]
         lines += ["  ".join(c.ljust(x) for c, x in zip(r, w)) for r in rows]
         lines.append("")
@@ -326,7 +351,8 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
         :class:`~refopt.testing.adapters.Adapter` (then kwargs/framework/layout are ignored).
       rule: a refopt rule, or a rule expression string (``"AdamW(lr=1e-3, weight_decay=0.1)"``).
       kwargs, framework, layout: as :func:`refopt.testing.adapters.make_adapter`.
-      steps: >= 1; dtype: 'float64' | 'float32'; problems: names from :data:`PROBLEMS`.
+      steps: >= 1; dtype: 'float64' | 'float32'; problems: a non-empty sequence of names from
+        :data:`PROBLEMS`, or one name as a str (``problems="stream"``).
     Returns a :class:`PluginResult` (``.agree``, ``.exit_code``, ``.report()``, ``.diagnosis``).
     Raises: ValueError for bad arguments or a bad rule expression; UserCodeError when the implementation
       raises; PeerNotInstalled when its framework is missing.
@@ -340,9 +366,7 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    for p in problems:
-        if p not in PROBLEMS:
-            raise ValueError(f"unknown problem {p!r}; choose from {list(PROBLEMS)}")
+    problems = select_names("problems", problems, PROBLEMS, "problem")
     adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout, name)
     try:
         rule_text = to_expr(rule)

@@ -530,10 +530,10 @@ class InvariantsReport:
         head = ["property", "theory (rule)", "refopt rule", "your code", "verdict"]
         rows = [[r[0], {True: "holds", False: "fails", None: "-"}[r[1]], r[2].describe(), r[3].describe(), r[4]]
                 for r in self.rows]
-        w = [max(len(h), *(len(x[i]) for x in rows)) for i, h in enumerate(head)]
+        w = [max([len(h)] + [len(x[i]) for x in rows]) for i, h in enumerate(head)]
         out = [f"implementation: {self.impl}", f"refopt rule:    {self.rule}", f"tolerance:      {self.rtol:g} "
                f"(relative)", "", "  ".join(h.ljust(x) for h, x in zip(head, w)), "  ".join("-" * x for x in w)]
-        out += ["  ".join(c.ljust(x) for c, x in zip(r, w)) for r in rows]
+        out += ["  ".join(c.ljust(x) for c, x in zip(r, w)) for r in rows] or ["no property was checked"]
         cex = [f"  {r[0]}: {r[3].counterexample}" for r in self.rows if r[3].counterexample]
         if cex:
             out += ["", "shrunk counterexamples (your code):"] + cex
@@ -576,11 +576,16 @@ def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = N
     checked against a torch implementation (torch.optim.Muon's bfloat16 Newton-Schulz: the documented
     tolerance of :data:`refopt.crosscheck.presets.MUON_TORCH_BF16`). Returns an :class:`InvariantsReport`;
     its exit code is 1 when a property the refopt rule satisfies fails for the implementation.
-    Raises UserCodeError when the implementation raises outside an input it refuses."""
+    ``properties``: None (all of :data:`PROPERTIES`), a non-empty sequence of their names, or one name as
+    a str. Raises ValueError (before running anything) for an empty selection, an unknown property name
+    (the message lists the known ones) or a bad dtype; UserCodeError when the implementation raises
+    outside an input it refuses."""
     from refopt.crosscheck.expr import parse_rule, to_expr
-    from refopt.crosscheck.plugin import bf16_newton_schulz, tolerance_tiers
+    from refopt.crosscheck.plugin import bf16_newton_schulz, select_names, tolerance_tiers
     from refopt.testing.expected import expected
 
+    if properties is not None:
+        properties = select_names("properties", properties, [p.name for p in PROPERTIES], "property")
     if isinstance(rule, str):
         rule = parse_rule(rule)
     dt = {"float64": np.float64, "float32": np.float32}.get(dtype)
