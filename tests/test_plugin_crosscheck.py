@@ -109,6 +109,11 @@ def test_negative_control_the_diagnosis_does_not_claim_an_unknown_bug():
 def test_float32_and_arguments():
     r = check_impl(torch.optim.Adam, "Adam(lr=0.01)", {"lr": 0.01}, steps=10, dtype="float32", problems=("stream",))
     assert r.agree and r.problems[0].params_rel <= 2e-5, r.report()
+    # the float32 run passes within float32 rounding, and says so (it said 'exact'); float64 is exact
+    assert r.problems[0].tier == "float32 rounding" and "float32 rounding (2e-05)" in r.report()
+    assert "exact" not in r.report().split("tolerance tier", 1)[1]
+    r64 = check_impl(torch.optim.Adam, "Adam(lr=0.01)", {"lr": 0.01}, steps=10, problems="stream")
+    assert r64.problems[0].tier == "exact" and "exact (1e-12)" in r64.report(), r64.report()
     with pytest.raises(ValueError, match="dtype"):
         check_impl(torch.optim.Adam, "Adam()", dtype="float16")
     with pytest.raises(ValueError, match="steps"):
