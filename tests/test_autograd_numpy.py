@@ -147,6 +147,37 @@ def test_unsupported_numpy_names_the_missing_primitive(call, needle):
         assert "np.log1p" in str(e) and "np.where" in str(e)        # lists what is differentiable
 
 
+@pytest.mark.parametrize("call, needle", [
+    (lambda x: float(ag.sum(x)), r"float\(x\) on a traced Node .* drop the gradient"),
+    (lambda x: int(ag.sum(x)), r"int\(x\) on a traced Node"),
+    (lambda x: ag.sum(x).item(), r"x\.item\(\) on a traced Node .* refopt\.autograd\.value"),
+    (lambda x: x.tolist(), r"x\.tolist\(\) on a traced Node"),
+    (lambda x: 2.0 ** x, r"c \*\* x .* only constant exponents .* np\.exp\(x \* np\.log\(c\)\)"),
+    (lambda x: x ** x, "the exponent must be a constant"),
+    (lambda x: x.__setitem__(0, 1.0), r"in-place assignment\) .* np\.where\(mask"),
+    (lambda x: np.linalg.norm(x), r"numpy\.linalg\.norm is not a differentiable"),
+])
+def test_operations_a_node_refuses_raise_the_documented_type_error(call, needle):
+    """float(node), node.item(), 2.0 ** node ... raise the TypeError that lists what a Node supports (they
+    raised Python's own 'float() argument must be ...', AttributeError 'item', 'unsupported operand')."""
+    with pytest.raises(TypeError, match=needle) as e:
+        ag.value_and_grad(lambda p: ag.sum(call(p)))(np.ones(3))
+    assert "np.log1p" in str(e.value) and "np.where" in str(e.value)
+    assert float(ag.sum(np.ones(3))) == 3.0                      # untraced values are plain numbers
+
+
+def test_a_missing_node_attribute_lists_what_is_supported():
+    with pytest.raises(AttributeError, match=r"no attribute 'std'.* x\.mean.* np\.tanh"):
+        ag.value_and_grad(lambda p: p.std())(np.ones(3))
+    seen = []
+    ag.value_and_grad(lambda p: seen.append((hasattr(p, "std"), hasattr(p, "_x"), hasattr(p, "mean"))) or ag.sum(p))(
+        np.ones(3))
+    assert seen == [(False, False, True)]                        # hasattr works on a traced Node
+    x = np.array([1.0, 4.0])                                     # c ** x written as exp(x log c) does differentiate
+    np.testing.assert_allclose(ag.grad(lambda p: ag.sum(np.exp(p * np.log(2.0))))(x), np.log(2.0) * 2.0 ** x,
+                               rtol=1e-15)
+
+
 def test_comparisons_give_plain_boolean_arrays():
     def f(p):
         mask = (p > 0) & (p <= 2) & np.isfinite(p)

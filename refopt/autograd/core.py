@@ -32,7 +32,10 @@ class Node:
     (plain boolean arrays, not differentiable), indexing, ``.T``, ``.reshape``, ``.transpose``, ``.sum``,
     ``.mean``, the read-only attributes ``shape``, ``ndim``, ``dtype``, ``size``, and the NumPy
     functions that have a refopt primitive (``np.mean``, ``np.log1p``, ``np.where`` ...: see
-    :func:`refopt.autograd.ops.differentiable_names`); other NumPy functions raise TypeError. Constants
+    :func:`refopt.autograd.ops.differentiable_names`); other NumPy functions raise TypeError, and so do
+    ``float(x)``, ``int(x)``, ``x.item()``, ``x.tolist()`` (they would drop the gradient: use
+    ``refopt.autograd.value(x)``), ``c ** x`` (only constant exponents) and ``x[idx] = v``; each message
+    lists what is supported. A missing attribute (``x.std``) is an AttributeError that lists it. Constants
     (Python numbers, ndarrays) mix freely; a floating constant is cast to the node's dtype so that float32
     stays float32.
     """

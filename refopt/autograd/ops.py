@@ -103,7 +103,8 @@ def power(a, p):
     Raises: TypeError if p is a traced node (only constant exponents are supported).
     """
     if isinstance(p, Node):
-        raise TypeError("power: the exponent must be a constant, not a traced node")
+        _not_on_node("power x ** y with a traced exponent y", ": the exponent must be a constant (x ** c); "
+                                                             "for c ** y with c > 0 write np.exp(y * np.log(c))")
     if not isinstance(a, Node):
         return np.asarray(a) ** p
     x = a.value
@@ -436,6 +437,41 @@ def _missing(what):
                     f"{', '.join(differentiable_names())}")
 
 
+#: what a traced Node supports (Node's docstring), for the messages of what it does not
+NODE_OPERATIONS = ("x + - * / @ c, x ** c (a constant exponent c), -x, abs(x), comparisons (plain boolean "
+                   "arrays), x[idx], x.T, x.reshape, x.transpose, x.sum, x.mean, x.shape/.ndim/.dtype/.size")
+
+
+def _not_on_node(what, why=""):
+    raise TypeError(f"{what} on a traced Node is not supported{why}. A traced Node supports {NODE_OPERATIONS}"
+                    f" and the NumPy functions {', '.join(differentiable_names())}")
+
+
+def _to_number(what):
+    def refuse(self, *args):
+        _not_on_node(what, ": it would drop the gradient; use refopt.autograd.value(x) for the number "
+                           "outside the traced math")
+    return refuse
+
+
+def _rpow(self, c):
+    _not_on_node("c ** x (a traced exponent)", ": only constant exponents are (x ** c); for c > 0 write "
+                                               "np.exp(x * np.log(c))")
+
+
+def _setitem(self, idx, v):
+    _not_on_node("x[idx] = v (in-place assignment)", "; build the new array instead, e.g. "
+                                                     "np.where(mask, v, x)")
+
+
+def _getattr(self, name):
+    """Only for names Node does not have: an AttributeError (hasattr stays usable) naming what it has."""
+    if name.startswith("_") or name in type(self).__slots__:
+        raise AttributeError(name)
+    raise AttributeError(f"a traced Node has no attribute {name!r}. It supports {NODE_OPERATIONS} and the "
+                         f"NumPy functions {', '.join(differentiable_names())}")
+
+
 def differentiable_names() -> list[str]:
     """The NumPy names refopt.autograd differentiates (as ufuncs or functions on traced values)."""
     return sorted({f"np.{u.__name__}" for u in UFUNCS} | {f"np.{f.__name__}" for f in FUNCTIONS
@@ -461,7 +497,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
 def array_function(func, args, kwargs):
     """Node.__array_function__: the refopt version of ``func``, or a TypeError naming what is missing."""
     if func not in FUNCTIONS:
-        _missing(f"numpy.{func.__name__}")
+        mod = getattr(func, "__module__", None) or "numpy"      # numpy.linalg.norm, not numpy.norm
+        _missing(f"{mod if mod.startswith('numpy') else 'numpy'}.{func.__name__}")
     impl, allowed = FUNCTIONS[func]
     return impl(*args, **_kw(func.__name__, kwargs, allowed))
 
@@ -483,6 +520,9 @@ def _install_operators(cls) -> None:
         "mean": lambda self, axis=None, keepdims=False: mean(self, axis, keepdims),
         "__array_ufunc__": lambda self, ufunc, method, *inputs, **kwargs: array_ufunc(ufunc, method, inputs, kwargs),
         "__array_function__": lambda self, func, types, args, kwargs: array_function(func, args, kwargs),
+        "__rpow__": _rpow, "__float__": _to_number("float(x)"), "__int__": _to_number("int(x)"),
+        "__complex__": _to_number("complex(x)"), "item": _to_number("x.item()"),
+        "tolist": _to_number("x.tolist()"), "__getattr__": _getattr, "__setitem__": _setitem,
     }
     for name, fn in ops.items():
         setattr(cls, name, fn)
