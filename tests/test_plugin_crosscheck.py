@@ -188,3 +188,37 @@ def test_known_gap_preset_is_reported_not_run():
     from refopt.crosscheck.run import run_preset
     r = run_preset(KNOWN_GAPS[0], "mlp", 3)
     assert r.status == "gap" and "ratio 1" in r.message
+
+
+def test_a_nan_from_the_implementation_is_named_not_ranked_among_variants():
+    """An implementation that returns NaN at step 3 (0/0 on leaf 0): the report names the step, the leaf
+    and NaN, and does not rank convention variants by an infinite distance (it said 'params rel inf' and
+    'closest variants: momentum 0.9 inf'). Negative control: the same step off by a finite amount gets
+    the ordinary first difference and no NaN diagnosis."""
+    class NaNAt3:
+        def init(self, params):
+            return 0
+
+        def step(self, state, params, grads):
+            out = [p - 0.1 * g for p, g in zip(params, grads)]
+            if state + 1 == 3:
+                out[0] = out[0] * np.nan
+            return out, state + 1
+
+    r = check_impl(NaNAt3(), "SGD(lr=0.1)", framework="numpy", steps=5, problems=("quadratic",))
+    assert not r.agree and r.exit_code == 1
+    assert r.problems[0].nonfinite[0] == 3 and r.problems[0].nonfinite[2] == "NaN"
+    text = r.report()
+    assert "DIAGNOSIS: your implementation returned NaN params at step 3, leaf" in text
+    assert "closest variants" not in text and r.diagnosis == []
+
+    class OffAt3(NaNAt3):
+        def step(self, state, params, grads):
+            out = [p - 0.1 * g for p, g in zip(params, grads)]
+            if state + 1 == 3:
+                out[0] = out[0] + 1e-3
+            return out, state + 1
+
+    r = check_impl(OffAt3(), "SGD(lr=0.1)", framework="numpy", steps=5, problems=("quadratic",))
+    assert not r.agree and r.problems[0].nonfinite is None
+    assert "returned NaN" not in r.report() and "first difference [quadratic]: step 3" in r.report()

@@ -238,6 +238,7 @@ class ProblemResult:
     first: tuple | None                # (step, leaf path, figure, value, tolerance) of the first difference
     error: str | None = None
     gate: dict | None = None           # the tier's tolerances for this dtype and problem {figure: rel}
+    nonfinite: tuple | None = None     # (step, leaf path, 'NaN' or 'inf') of the first non-finite param it returned
 
     def tier_text(self) -> str:
         """The tier with the tolerance it applied: 'exact (1e-12)', 'float32 rounding (2e-05)'."""
@@ -311,7 +312,14 @@ class PluginResult:
             if p.first and not p.agree:
                 t, path, fig, v, tol = p.first
                 lines.append(f"first difference [{p.problem}]: step {t}, leaf {path}: {fig} rel {v:.3g} > {tol:g}")
-        if self.diagnosis:
+        bad = [p for p in self.problems if p.nonfinite]
+        if bad:
+            t, path, kind = bad[0].nonfinite
+            lines.append(f"DIAGNOSIS: your implementation returned {kind} params at step {t}, leaf {path} "
+                         f"[{bad[0].problem}] (refopt's are finite there): look for a division by zero, a sqrt or "
+                         f"log of a negative number, or an overflow; no convention variant explains a non-finite "
+                         f"result.")
+        elif self.diagnosis:
             b = self.diagnosis[0]
             if b.reproduces:
                 lines.append(f"DIAGNOSIS: {b.name} -- {b.detail}. This variant reproduces your numbers "
@@ -328,6 +336,16 @@ class PluginResult:
         else:
             lines.append("DIAGNOSIS: no convention variants are known for this rule.")
         return "\n".join(lines)
+
+
+def _nonfinite(run: Run, paths) -> tuple | None:
+    """(step, leaf path, 'NaN' or 'inf') of the first non-finite parameter the implementation returned."""
+    for t, xs in enumerate(run.params):
+        for path, x in zip(paths, xs):
+            a = np.asarray(x)
+            if a.dtype.kind in "fc" and not np.isfinite(a).all():
+                return t + 1, path, "NaN" if np.isnan(a).any() else "inf"
+    return None
 
 
 def _first(prel, urel, paths, tol: dict):
@@ -414,10 +432,11 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
             if first is None:     # only the state differs
                 first = (0, "-", "state", max(v for _, v in state.values()), tiers[0][1].for_dtype(dtype, prob_name)["state"])
         results.append(ProblemResult(prob_name, prob.paths, float(prel.max(initial=0.0)), float(urel.max(initial=0.0)),
-                                     state, tier, first, gate=gate))
+                                     state, tier, first, gate=gate,
+                                     nonfinite=None if tier is not None else _nonfinite(other, prob.paths)))
         runs.append((prob, grads, other, prel, urel))
     res = PluginResult(adapter.name, rule_text, adapter.framework, adapter.layout, dtype, steps, results)
-    if res.agree or not diagnose:
+    if res.agree or not diagnose or any(r.nonfinite for r in results):   # no variant explains a NaN
         return res
     # diagnosis: which variant reproduces the implementation's numbers
     bf16 = any("bfloat16" in n for n, _ in tiers)
