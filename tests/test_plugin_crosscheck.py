@@ -222,3 +222,28 @@ def test_a_nan_from_the_implementation_is_named_not_ranked_among_variants():
     r = check_impl(OffAt3(), "SGD(lr=0.1)", framework="numpy", steps=5, problems=("quadratic",))
     assert not r.agree and r.problems[0].nonfinite is None
     assert "returned NaN" not in r.report() and "first difference [quadratic]: step 3" in r.report()
+
+
+def test_dtype_as_numpy_type_or_name():
+    """dtype takes 'float32', np.float32 or np.dtype('float32') alike (only the name was accepted), in
+    check_impl and in invariants; anything else is a ValueError naming the choices."""
+    from refopt.crosscheck.plugin import dtype_name
+
+    assert {dtype_name(d) for d in ("float32", np.float32, np.dtype("float32"))} == {"float32"}
+    assert dtype_name(np.float64) == "float64"
+    for bad in ("float16", np.int32, np.float16, None, "f8x"):
+        with pytest.raises(ValueError, match="dtype must be float64 or float32"):
+            dtype_name(bad)
+
+    class Plain:
+        def init(self, params):
+            return None
+
+        def step(self, state, params, grads):
+            return [p - p.dtype.type(0.1) * g for p, g in zip(params, grads)], state
+
+    a = check_impl(Plain(), "SGD(lr=0.1)", framework="numpy", steps=3, dtype=np.float32, problems="quadratic")
+    b = check_impl(Plain(), "SGD(lr=0.1)", framework="numpy", steps=3, dtype="float32", problems="quadratic")
+    assert a.agree and a.dtype == b.dtype == "float32" and a.problems[0].params_rel == b.problems[0].params_rel
+    with pytest.raises(ValueError, match="dtype must be float64 or float32"):
+        check_impl(Plain(), "SGD(lr=0.1)", framework="numpy", steps=3, dtype=np.int64, problems="quadratic")

@@ -45,6 +45,18 @@ DEFAULT_PROBLEMS = ("stream", "quadratic", "mlp", "gpt")
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
+def dtype_name(dtype) -> str:
+    """'float64' or 'float32' from that name, a NumPy scalar type or a dtype (np.float32, np.dtype('f4'));
+    ValueError for anything else."""
+    try:   # (np.dtype(None) would be float64: None is refused like any other non-dtype)
+        name = dtype if isinstance(dtype, str) else (np.dtype(dtype).name if dtype is not None else None)
+    except TypeError:
+        name = None
+    if name not in ("float64", "float32"):
+        raise ValueError(f"dtype must be float64 or float32 (a name, a NumPy type or dtype), got {dtype!r}")
+    return name
+
+
 def select_names(arg: str, value, known, noun: str) -> tuple:
     """The names selected by ``value`` (one name as a str, or an iterable of names), checked against the
     ``known`` ones, in the given order without repeats; shared by :func:`check_impl` (problems) and
@@ -380,7 +392,7 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
         :class:`~refopt.testing.adapters.Adapter` (then kwargs/framework/layout are ignored).
       rule: a refopt rule, or a rule expression string (``"AdamW(lr=1e-3, weight_decay=0.1)"``).
       kwargs, framework, layout: as :func:`refopt.testing.adapters.make_adapter`.
-      steps: >= 1; dtype: 'float64' | 'float32'; problems: a non-empty sequence of names from
+      steps: >= 1; dtype: 'float64' | 'float32' (or np.float64, np.float32, a dtype); problems: a non-empty sequence of names from
         :data:`PROBLEMS`, or one name as a str (``problems="stream"``).
     Returns a :class:`PluginResult` (``.agree``, ``.exit_code``, ``.report()``, ``.diagnosis``).
     Raises: ValueError for bad arguments or a bad rule expression; UserCodeError when the implementation
@@ -391,8 +403,7 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
 
     if isinstance(rule, str):
         rule = parse_rule(rule)
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    dtype = dtype_name(dtype)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     problems = select_names("problems", problems, PROBLEMS, "problem")

@@ -581,16 +581,15 @@ def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = N
     (the message lists the known ones) or a bad dtype; UserCodeError when the implementation raises
     outside an input it refuses."""
     from refopt.crosscheck.expr import parse_rule, to_expr
-    from refopt.crosscheck.plugin import bf16_newton_schulz, select_names, tolerance_tiers
+    from refopt.crosscheck.plugin import bf16_newton_schulz, dtype_name, select_names, tolerance_tiers
     from refopt.testing.expected import expected
 
     if properties is not None:
         properties = select_names("properties", properties, [p.name for p in PROPERTIES], "property")
     if isinstance(rule, str):
         rule = parse_rule(rule)
-    dt = {"float64": np.float64, "float32": np.float32}.get(dtype)
-    if dt is None:
-        raise ValueError(f"dtype must be float64 or float32, got {dtype!r}")
+    dtype = dtype_name(dtype)
+    dt = {"float64": np.float64, "float32": np.float32}[dtype]
     adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout, name)
     if rtol is None:
         rtol = 1e-5 if dt is np.float64 else 1e-3
