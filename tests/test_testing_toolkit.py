@@ -276,3 +276,17 @@ def test_msign_equivariance_and_its_negative_control():
         assert o.holds and o.err <= 1e-10, (method, o)
     bad = P.msign_equivariance(np.sign, max_examples=8)
     assert bad.holds is False and bad.err > 0.1
+
+
+def test_table_puts_long_not_applicable_reasons_below_it():
+    """A long 'n/a (why)' made the table ~220 characters wide (new-user review): the cell says n/a [k] and
+    the reason follows the table, numbered; short cells stay inline."""
+    from refopt.testing.properties import InvariantsReport, Outcome
+
+    why = "a torch implementation receives converted copies (torch steps in place by design)"
+    rep = InvariantsReport("Impl", "Adam(lr=0.01)", 1e-5, [
+        ("purity", True, Outcome("purity", True, 0.0), Outcome("purity", None, note=why, by_design=True), "n/a"),
+        ("gradient_scale_invariance", True, Outcome("g", True, 1e-9), Outcome("g", None, note="short"), "-")])
+    t = rep.table()
+    assert "n/a [1]" in t and f"[1] {why}" in t and "n/a (short)" in t
+    assert max(len(line) for line in t.splitlines()) <= len(f"[1] {why}")

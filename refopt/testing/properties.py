@@ -528,12 +528,22 @@ class InvariantsReport:
 
     def table(self) -> str:
         head = ["property", "theory (rule)", "refopt rule", "your code", "verdict"]
-        rows = [[r[0], {True: "holds", False: "fails", None: "-"}[r[1]], r[2].describe(), r[3].describe(), r[4]]
+        notes: list = []
+
+        def cell(o: Outcome) -> str:   # a long "n/a (why)" becomes "n/a [k]", the why below the table
+            d = o.describe()
+            if o.holds is None and o.note and len(d) > 40:
+                notes.append(o.note)
+                return f"n/a [{len(notes)}]"
+            return d
+
+        rows = [[r[0], {True: "holds", False: "fails", None: "-"}[r[1]], cell(r[2]), cell(r[3]), r[4]]
                 for r in self.rows]
         w = [max([len(h)] + [len(x[i]) for x in rows]) for i, h in enumerate(head)]
         out = [f"implementation: {self.impl}", f"refopt rule:    {self.rule}", f"tolerance:      {self.rtol:g} "
                f"(relative)", "", "  ".join(h.ljust(x) for h, x in zip(head, w)), "  ".join("-" * x for x in w)]
         out += ["  ".join(c.ljust(x) for c, x in zip(r, w)) for r in rows] or ["no property was checked"]
+        out += [f"[{k}] {n}" for k, n in enumerate(notes, 1)]
         cex = [f"  {r[0]}: {r[3].counterexample}" for r in self.rows if r[3].counterexample]
         if cex:
             out += ["", "shrunk counterexamples (your code):"] + cex
