@@ -55,6 +55,7 @@ def test_select_filters_and_rejects_unknown_names():
         select("all", ["adagrad"])
     assert {p.family for p in select("all", ["lion", "clip"])} == {"lion", "clip"}
     assert "nadam" in FAMILIES
+    assert select("all", ["Adam", "SF_SGD"]) == select("all", ["adam", "sf_sgd"])   # as the reports print them
 
 
 @pytest.mark.parametrize("name", ["stream", "quadratic"])

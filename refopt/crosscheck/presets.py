@@ -439,12 +439,14 @@ FAMILIES = sorted({p.family for p in PRESETS})
 
 
 def select(against: str = "all", families: list[str] | None = None, misconfigured: bool = False) -> list[Preset]:
-    """The presets for ``against`` ('all' or a peer) and the rule ``families`` (None = all).
+    """The presets for ``against`` ('all' or a peer) and the rule ``families`` (None = all; in any case, as
+    the reports print them: ``Adam`` is ``adam``).
 
     Raises: ValueError for an unknown peer or family."""
     if against != "all" and against not in PEERS:
         raise ValueError(f"--against must be one of {['all', *PEERS]}, got {against!r}")
     known = set(FAMILIES)
+    families = [f.lower() if isinstance(f, str) else f for f in families] if families else families  # Adam = adam
     for f in families or []:
         if f not in known:
             raise ValueError(f"unknown rule family {f!r}; choose from {sorted(known)}")
