@@ -154,7 +154,7 @@ def plot(r: dict, path: str) -> None:
         ax.set_title(f"{prob}" + (f" (κ = {KAPPA:g})" if prob == "quadratic" else ""), fontsize=10)
         ax.set_xlabel("w₁")
         ax.set_ylabel("w₂")
-        ax.legend(fontsize=7, loc="lower right" if prob == "quadratic" else "upper left")
+        ax.legend(fontsize=7, loc="lower right" if prob == "quadratic" else "upper right")   # off the paths
     ax = axs[2]
     for name, v in r["matrix"].items():
         if not name.startswith("sv_"):
