@@ -86,7 +86,8 @@ class Outcome:
     def describe(self) -> str:
         if self.holds is None:
             return f"n/a ({self.note})" if self.note else "n/a"
-        return ("holds" if self.holds else "FAILS") + f" (err {self.err:.1e})"
+        extra = f"; {self.note}" if self.note and self.holds is False else ""
+        return ("holds" if self.holds else "FAILS") + f" (err {self.err:.1e}{extra})"
 
 
 @dataclass(frozen=True)
@@ -403,6 +404,8 @@ def purity(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_)
             return []
         return [a for a in arrays if isinstance(a, np.ndarray)]
 
+    written: list = []   # what the last impure step wrote: "params [0]", "grads [1]", "state"
+
     def check(case):
         x0 = [a.copy() for a in case["x0"]]
         keep_x = [a.copy() for a in x0]
@@ -412,9 +415,16 @@ def purity(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_)
         keep_g = [a.copy() for a in g]
         _guard(adapter.step)(s, x0, g)
         after = state_arrays(s)
-        same_s = len(after) == len(before) and _bits_equal(after, before)
-        return 0.0 if _bits_equal(x0, keep_x) and _bits_equal(g, keep_g) and same_s else math.inf
-    return run_property("purity", _case(matrix_only, dtype), check, max_examples, 0.0)
+        what = [f"{name} [{i}]" for name, new, old in (("params", x0, keep_x), ("grads", g, keep_g))
+                for i, (a, b) in enumerate(zip(new, old)) if not _bits_equal([a], [b])]
+        if not (len(after) == len(before) and _bits_equal(after, before)):
+            what.append("the state it was given")
+        written[:] = what
+        return math.inf if what else 0.0
+    out = run_property("purity", _case(matrix_only, dtype), check, max_examples, 0.0)
+    if out.holds is False and written:
+        out.note = "the step wrote into " + ", ".join(written)
+    return out
 
 
 def determinism(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_):
