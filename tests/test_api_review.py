@@ -140,17 +140,30 @@ class _InPlaceState(_PureSign):
         return [p - 0.01 * np.sign(v) for p, v in zip(params, state["b"])], state
 
 
+class _WritesGrads(_PureSign):
+    def step(self, state, params, grads):
+        out = super().step(state, params, grads)
+        grads[0][...] = 0
+        return out
+
+
 def test_purity_catches_a_numpy_step_that_writes_its_params_or_its_state():
     """The numpy adapter hands the implementation the arrays themselves (it copied them, so purity could
-    not fail), and purity compares the state too. Negative control: the pure variant holds; torch
-    implementations (in place by design) are n/a."""
+    not fail), and purity compares the state too; a failure names what the step wrote into (it said only
+    'err inf'). Negative control: the pure variant holds; torch implementations (in place by design) are
+    n/a."""
     pytest.importorskip("hypothesis")
     from refopt.testing import properties as P
     from refopt.testing.adapters import make_adapter
 
-    verdict = {k: P.purity(make_adapter(impl, framework="numpy"), max_examples=3).holds
-               for k, impl in (("pure", _PureSign()), ("params", _InPlaceParams()), ("state", _InPlaceState()))}
-    assert verdict == {"pure": True, "params": False, "state": False}
+    out = {k: P.purity(make_adapter(impl, framework="numpy"), max_examples=3)
+           for k, impl in (("pure", _PureSign()), ("params", _InPlaceParams()), ("state", _InPlaceState()),
+                           ("grads", _WritesGrads()))}
+    assert {k: o.holds for k, o in out.items()} == {"pure": True, "params": False, "state": False, "grads": False}
+    assert out["pure"].note == "" and out["params"].note.startswith("the step wrote into params [0]")
+    assert "grads" not in out["params"].note and out["grads"].note == "the step wrote into grads [0]"
+    assert out["state"].note == "the step wrote into the state it was given"
+    assert "FAILS (err inf; the step wrote into params [0]" in out["params"].describe()
     torch = pytest.importorskip("torch")
     assert P.purity(make_adapter(torch.optim.SGD, {"lr": 0.1})).holds is None
 
