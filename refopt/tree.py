@@ -195,6 +195,12 @@ def tree_map(f: Callable, tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] 
     return unflatten(td, [f(*args) for args in zip(lv, *others)])
 
 
+def _keys_differ(first, second, names: tuple[str, str] = ("first", "second")) -> str:
+    """'keys differ (only in NAME1: [...], only in NAME2: [...])' for two dicts' key tuples."""
+    return (f"keys differ (only in {names[0]}: {sorted(set(first) - set(second), key=repr)}, "
+            f"only in {names[1]}: {sorted(set(second) - set(first), key=repr)})")
+
+
 def first_difference(a: TreeDef, b: TreeDef, path: str = "") -> str | None:
     """Path of the first node where two tree definitions differ, with what differs; None if equal."""
     if a.kind != b.kind or (a.kind == "namedtuple" and a.meta is not b.meta):
@@ -202,9 +208,7 @@ def first_difference(a: TreeDef, b: TreeDef, path: str = "") -> str | None:
         wb = b.meta.__name__ if b.kind == "namedtuple" else b.kind
         return f"{path.lstrip('.') or ROOT}: {wa} vs {wb}"
     if a.kind == "dict" and a.meta != b.meta:
-        missing = sorted(set(a.meta) - set(b.meta), key=repr)
-        extra = sorted(set(b.meta) - set(a.meta), key=repr)
-        return f"{path.lstrip('.') or ROOT}: keys differ (only in first: {missing}, only in second: {extra})"
+        return f"{path.lstrip('.') or ROOT}: {_keys_differ(a.meta, b.meta)}"
     if len(a.children) != len(b.children):
         return f"{path.lstrip('.') or ROOT}: length {len(a.children)} vs {len(b.children)}"
     keys = a.meta if a.kind == "dict" else (a.meta._fields if a.kind == "namedtuple" else range(len(a.children)))
@@ -328,8 +332,7 @@ def _raise_mismatch(treedef: TreeDef, tree: Any, name: str) -> None:
         if not _matches(d, kind, meta, items):
             what = f"expected {d}, got {type(node).__name__}"
             if kind == d.kind == "dict":   # name the keys, not just the containers
-                what = (f"keys differ (only in params: {sorted(set(d.meta) - set(meta), key=repr)}, "
-                        f"only in {name}: {sorted(set(meta) - set(d.meta), key=repr)})")
+                what = _keys_differ(d.meta, meta, ("params", name))
             raise ValueError(f"{name} tree does not match params at {path.lstrip('.') or ROOT}: {what}")
         for (key, child), cd in zip(items, d.children):
             walk(cd, child, _key_path(path, key))

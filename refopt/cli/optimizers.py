@@ -202,7 +202,7 @@ def for_optimizer(args: argparse.Namespace, name: str) -> argparse.Namespace:
     defaults = option_defaults()
     dropped = True
     while dropped:          # until nothing changes: whether --decay-fraction is used depends on --schedule
-        dropped = [d for d in sorted(a.explicit_options) if d in USED_BY and not USED_BY[d](name, a)]
+        dropped = sorted(set(unused_options(name, a)) & a.explicit_options)
         for dest in dropped:
             setattr(a, dest, defaults[dest])
             a.explicit_options.discard(dest)

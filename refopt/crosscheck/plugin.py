@@ -52,7 +52,7 @@ def dtype_name(dtype) -> str:
         name = dtype if isinstance(dtype, str) else (np.dtype(dtype).name if dtype is not None else None)
     except TypeError:
         name = None
-    if name not in ("float64", "float32"):
+    if name not in DTYPES:
         raise ValueError(f"dtype must be float64 or float32 (a name, a NumPy type or dtype), got {dtype!r}")
     return name
 

@@ -601,7 +601,7 @@ def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = N
     (the message lists the known ones) or a bad dtype; UserCodeError when the implementation raises
     outside an input it refuses."""
     from refopt.crosscheck.expr import parse_rule, to_expr
-    from refopt.crosscheck.plugin import bf16_newton_schulz, dtype_name, select_names, tolerance_tiers
+    from refopt.crosscheck.plugin import DTYPES, bf16_newton_schulz, dtype_name, select_names, tolerance_tiers
     from refopt.testing.expected import expected
 
     if properties is not None:
@@ -609,7 +609,7 @@ def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = N
     if isinstance(rule, str):
         rule = parse_rule(rule)
     dtype = dtype_name(dtype)
-    dt = {"float64": np.float64, "float32": np.float32}[dtype]
+    dt = DTYPES[dtype]
     adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout, name)
     if rtol is None:
         rtol = 1e-5 if dt is np.float64 else 1e-3
