@@ -37,7 +37,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=1, help="alternate refopt and torch this many times")
     ap.add_argument("--malloc", default="keep", choices=["keep", "default"],
                     help="keep: reuse freed heap pages, as refopt train does (both libraries); default: glibc's")
+    ap.add_argument("--gemm", default="auto", choices=["auto", "numpy", "mkl"],
+                    help="refopt's matrix products (refopt._blas): MKL on the fused kernels' OpenMP pool when "
+                         "installed (auto), or NumPy's BLAS with serial fused kernels")
     a = ap.parse_args()
+    os.environ["REFOPT_GEMM"] = a.gemm
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[var] = str(a.threads)
 
@@ -136,6 +140,7 @@ def main():
           f"ratio {np.median(cpu_np) / np.median(cpu_t):.2f}")
     print(f"config: {cfg}")
     print(f"first loss: refopt {first_np:.6f}  torch {first_t:.6f}  (rel diff {abs(first_np - first_t) / first_t:.1e})")
+    print(f"refopt's products: {refopt._blas.describe()}")
     print(f"malloc {a.malloc}, threads {a.threads}, batch {a.batch}, {a.steps} timed steps (median), {a.repeats} repeats")
     print(f"refopt (numpy autograd + refopt.AdamW update_): {ms_np:8.1f} ms/step")
     print(f"torch {torch.__version__} eager + torch.optim.AdamW: {ms_t:8.1f} ms/step")

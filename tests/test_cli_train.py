@@ -34,6 +34,7 @@ def test_mlp_train_writes_files_and_learns(tmp_path, capsys):
     assert len(cfg["task"]["data_sha256"]) == 64
     assert cfg["final"]["test_acc"] > 0.8
     assert "numpy" in cfg["versions"]
+    assert cfg["matrix_products"].split(" ")[0] in ("mkl", "numpy")   # which BLAS multiplied (refopt._blas)
     png = (out / "loss.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     printed = capsys.readouterr().out

@@ -197,7 +197,7 @@ sys.path[:0] = [{root!r}]
 import refopt
 from refopt.autograd import _kernels, value_and_grad
 from models import gpt
-assert _kernels.PARALLEL
+_kernels.parallel_builds = True
 cfg = gpt.GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, ffn_hidden=24, init_std=0.3,
                     qk_norm=True)
 p = gpt.init(cfg, 0, np.float32)
@@ -213,19 +213,20 @@ np.savez({path!r}, **out)
 """
 
 
-def test_parallel_build_same_bits_for_any_thread_count(tmp_path):
-    """The kernels built parallel (REFOPT_PARALLEL_KERNELS=1, in a subprocess), run on 1 and on all numba
-    threads, give the bits of the serial build in this process."""
+def test_parallel_build_same_bits_for_any_thread_count(tmp_path, monkeypatch):
+    """The kernels' parallel builds (in a subprocess with two numba threads), run on 1 and on 2 threads, give
+    the bits of the serial builds in this process (the same matrix products in both)."""
     import os
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = str(tmp_path / "g.npz")
-    env = dict(os.environ, REFOPT_PARALLEL_KERNELS="1", NUMBA_NUM_THREADS="2")
+    env = dict(os.environ, NUMBA_NUM_THREADS="2")
     subprocess.run([sys.executable, "-c", _THREADS_SCRIPT.format(root=root, path=path)], env=env, check=True,
                    timeout=600)
     got = np.load(path)
+    monkeypatch.setattr(_kernels, "parallel_builds", False)
     cfg = gpt.GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, ffn_hidden=24, init_std=0.3,
                         qk_norm=True)
     p = gpt.init(cfg, 0, np.float32)

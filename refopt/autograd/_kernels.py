@@ -3,8 +3,8 @@
 Each kernel has a NumPy reference (``*_reference``) that is the specification;
 ``tests/test_autograd.py::test_kernels_match_references`` checks kernel == reference in float32 and float64.
 Kernels are compiled lazily per dtype (``cache=True``; the first call in a fresh install compiles, several
-seconds), without fastmath. They are deliberately serial: BLAS already runs the GEMMs on every core, and a
-second thread pool (numba's OpenMP layer) fighting OpenBLAS's threads made a 2-core step ~1.8x slower.
+seconds), without fastmath. The row-wise kernels here are serial; the model-level ones below run in
+parallel only when the matrix products share their OpenMP thread pool (MKL, ``refopt._blas``).
 They exist for speed only: the default GPT step spends most of its non-GEMM time in the causal softmax,
 the SwiGLU gate and RMSNorm.
 
@@ -205,28 +205,49 @@ def rms_norm_vjp_reference(g, gain, xhat, r):
 # reduction over rows (gains' gradients) goes through per-chunk partials of a fixed chunk size summed
 # afterwards in chunk order, so results do not depend on the number of threads. No atomics, no fastmath.
 #
-# Serial by default (``prange`` then runs as ``range``): on 2 cores OpenBLAS's threads keep spinning after
-# each GEMM and a second (numba) thread pool competes with them, and a parallel build compiles ~5x longer
-# (about 11 s of CPU instead of 2 s on an empty cache). ``REFOPT_PARALLEL_KERNELS=1`` in the environment
-# builds them parallel (not cached, so the two builds never mix in numba's cache); the results are the
-# same bits (tests/test_fused.py).
+# Each is built twice, both cached and each compiled on its first call: serial (``prange`` runs as
+# ``range``) and parallel. The parallel build runs only when the matrix products go to MKL on the same
+# OpenMP thread pool (``refopt._blas``): next to NumPy's OpenBLAS, whose threads keep spinning after each
+# product, numba's second pool only competes with them (a 2-core step was ~1.8x slower). The two builds
+# give the same bits (tests/test_fused.py).
 # =====================================================================================================
-import os  # noqa: E402
+from refopt import _blas  # noqa: E402
+from refopt.kernels import _twin  # noqa: E402
 
-PARALLEL = os.environ.get("REFOPT_PARALLEL_KERNELS", "0") == "1"
 #: error_model="numpy": a float division follows IEEE 754 (x / 0 = inf) instead of numba's default Python
 #: check (raise ZeroDivisionError), whose branch in every iteration kept the SwiGLU loop from being vectorised
 #: (2x slower). Same bits wherever the divisor is not 0, which it never is in the softmax and SwiGLU loops
 #: (a row sum that includes exp(0) = 1; 1 + exp(-a) >= 1); RMSNorm's root is 0 only for an all-zero row with
 #: eps = 0, which now gives the documented inf / NaN instead of a ZeroDivisionError from inside the kernel.
 #: Not fastmath: the order of every operation is unchanged.
-_FUSED = dict(cache=not PARALLEL, parallel=PARALLEL, error_model="numpy")
+_FLAGS = dict(cache=True, error_model="numpy")
+
+#: which build of the fused kernels runs: None (default) the parallel one exactly when the products run on
+#: MKL (``refopt._blas.backend() == 'mkl'``); True / False forces it (tests, benchmarks)
+parallel_builds: bool | None = None
+
+
+def _fused(fn, name: str | None = None):
+    """``fn`` (a loop over ``prange``) compiled serially and in parallel, each cached under its own name;
+    the returned function runs the parallel build when the products run on MKL's OpenMP pool."""
+    name = name or fn.__name__
+    serial = njit(**_FLAGS)(_twin(fn, name))
+    parallel = njit(parallel=True, **_FLAGS)(_twin(fn, name + "_parallel"))
+
+    def call(*args):
+        par = _blas.backend() == "mkl" if parallel_builds is None else parallel_builds
+        return (parallel if par else serial)(*args)
+
+    call.serial, call.parallel, call.py_func = serial, parallel, fn
+    call.__name__, call.__qualname__, call.__doc__ = name, name, fn.__doc__
+    return call
+
 
 #: rows per partial sum of a gain gradient (fixed, so the summation order is independent of threads)
 ROW_CHUNK = 64
 
 
-@njit(**_FUSED)
+@_fused
 def _rms_norm_fwd(x, gain, eps, y, xhat, r):  # x (N, C); r (N,) float64; sum of squares in float64
     N, C = x.shape
     for i in prange(N):
@@ -241,7 +262,7 @@ def _rms_norm_fwd(x, gain, eps, y, xhat, r):  # x (N, C); r (N,) float64; sum of
             y[i, j] = xhat[i, j] * gain[j]
 
 
-@njit(**_FUSED)
+@_fused
 def _rms_norm_bwd(g, gain, xhat, r, dx, dgain_part, with_dgain, n_chunks):
     # dx = r (h - xhat mean(h xhat)), h = g gain; dgain_part[c] = sum over chunk c's rows of g xhat
     N, C = g.shape
@@ -282,7 +303,7 @@ def rms_norm_fused_vjp(g, gain, xhat, r, with_dgain: bool):
 
 
 # ---- causal softmax, parallel over the (batch, head) slices (the products around it stay in BLAS) -----
-@njit(**_FUSED)
+@_fused
 def _causal_shift_(S, scale, neg_inf):
     # row i of each slice: S_ij <- scale S_ij - max_{j' <= i} scale S_ij' for j <= i, -inf for j > i
     R, T, _ = S.shape
@@ -300,7 +321,7 @@ def _causal_shift_(S, scale, neg_inf):
                 row[j] = neg_inf
 
 
-@njit(**_FUSED)
+@_fused
 def _causal_normalize_(E, one):  # E = exp(shifted S) (0 for j > i): each row divided by its sum over j <= i
     R, T, _ = E.shape
     zero = one - one
@@ -316,7 +337,7 @@ def _causal_normalize_(E, one):  # E = exp(shifted S) (0 for j > i): each row di
 
 
 #: the same loop as _causal_softmax_vjp_, built with the fused kernels' flags (each slice r by one iteration)
-_causal_softmax_vjp_par_ = njit(**_FUSED)(_causal_softmax_vjp_.py_func)
+_causal_softmax_vjp_par_ = _fused(_causal_softmax_vjp_.py_func, "_causal_softmax_vjp_rows")
 
 
 def causal_softmax_par_(S: np.ndarray, scale: float) -> np.ndarray:
@@ -342,7 +363,7 @@ def causal_softmax_vjp_par_(P: np.ndarray, dP: np.ndarray, scale: float) -> np.n
 
 
 # ---- feed-forward activations, row-parallel ----------------------------------------------------------
-@njit(**_FUSED)
+@_fused
 def _swiglu_fwd(z, h, sig, one):
     # z (N, 2F) = [a | u] -> h = a sigma(a) u (N, F); on entry sig holds exp(-a) (NumPy's SIMD exp, ~10x
     # numba's scalar one), on exit sigma(a) = 1 / (1 + exp(-a)) (exp(-a) = inf gives 0, never NaN)
@@ -354,7 +375,7 @@ def _swiglu_fwd(z, h, sig, one):
             h[i, j] = z[i, j] * s * z[i, F + j]
 
 
-@njit(**_FUSED)
+@_fused
 def _swiglu_bwd(g, z, sig, dz, one):
     N, F = g.shape
     for i in prange(N):
@@ -364,7 +385,7 @@ def _swiglu_bwd(g, z, sig, dz, one):
             dz[i, F + j] = g[i, j] * x * s
 
 
-@njit(**_FUSED)
+@_fused
 def _reglu_fwd(z, h):  # h = relu(a) u
     N, F = h.shape
     zero = z[0, 0] - z[0, 0]
@@ -374,7 +395,7 @@ def _reglu_fwd(z, h):  # h = relu(a) u
             h[i, j] = (a if a > zero else zero) * z[i, F + j]
 
 
-@njit(**_FUSED)
+@_fused
 def _reglu_bwd(g, z, dz):  # da = g u [a > 0] (relu'(0) = 0), du = g relu(a)
     N, F = g.shape
     zero = z[0, 0] - z[0, 0]
@@ -389,7 +410,7 @@ def _reglu_bwd(g, z, dz):  # da = g u [a > 0] (relu'(0) = 0), du = g relu(a)
                 dz[i, F + j] = zero
 
 
-@njit(**_FUSED)
+@_fused
 def _gelu_fwd(z, h, cdf, neg_sqrt_half, half):  # h = z Phi(z), Phi(z) = erfc(-z / sqrt 2) / 2
     N, F = h.shape
     for i in prange(N):
@@ -400,7 +421,7 @@ def _gelu_fwd(z, h, cdf, neg_sqrt_half, half):  # h = z Phi(z), Phi(z) = erfc(-z
             h[i, j] = x * c
 
 
-@njit(**_FUSED)
+@_fused
 def _gelu_bwd(g, z, cdf, dz, inv_sqrt_2pi, half):  # dz = g (Phi(z) + z phi(z))
     N, F = g.shape
     for i in prange(N):
@@ -410,7 +431,7 @@ def _gelu_bwd(g, z, cdf, dz, inv_sqrt_2pi, half):  # dz = g (Phi(z) + z phi(z))
 
 
 # ---- cross-entropy with log-softmax, row-parallel ------------------------------------------------------
-@njit(**_FUSED)
+@_fused
 def _xent_rows(e, z, t, valid, m, lse, per_row):
     """Per row i, from e_ij = exp(z_ij - m_i) (NumPy's SIMD exp, 2x to 5x numba's scalar one) and
     m_i = max_j z_ij: lse_i = log sum_j e_ij (summed in float64, in index order) and per_row_i =

@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _blas
 from . import _kernels
 from .core import Node
+
+#: the 2-D products (MKL on the fused kernels' OpenMP threads when installed, else NumPy's BLAS); the
+#: attention's stacks of small products stay in NumPy (one thread each; MKL's ?gemm_batch was no faster)
+_gemm = _blas.matmul
 
 
 def _shifted(z: np.ndarray, axis: int) -> np.ndarray:
@@ -253,15 +258,15 @@ def linear_concat(x, weights):
     K = xv.shape[-1]
     W = np.concatenate(wv, axis=1)
     x2 = xv.reshape(-1, K)
-    out = (x2 @ W).reshape(xv.shape[:-1] + (W.shape[1],))
+    out = _gemm(x2, W).reshape(xv.shape[:-1] + (W.shape[1],))
     if not (isinstance(x, Node) or any(isinstance(w, Node) for w in weights)):
         return out
     cuts = np.cumsum([w.shape[1] for w in wv])[:-1]
 
     def vjp(g):
         g2 = g.reshape(-1, W.shape[1])
-        dx = (g2 @ W.T).reshape(xv.shape) if isinstance(x, Node) else None
-        dW = x2.T @ g2 if any(isinstance(w, Node) for w in weights) else None
+        dx = _gemm(g2, W.T).reshape(xv.shape) if isinstance(x, Node) else None
+        dW = _gemm(x2.T, g2) if any(isinstance(w, Node) for w in weights) else None
         dws = [None] * len(wv) if dW is None else np.split(dW, cuts, axis=1)
         return (dx, *(d if isinstance(w, Node) else None for d, w in zip(dws, weights)))
 
@@ -283,7 +288,7 @@ def residual_linear(x, h, w):
                          f"{xv.dtype}, h {hv.shape} {hv.dtype}, w {wv.shape} {wv.dtype}")
     K, N = wv.shape
     h2 = hv.reshape(-1, K)
-    out = h2 @ wv
+    out = _gemm(h2, wv)
     out += xv.reshape(-1, N)
     out = out.reshape(xv.shape)
     traced = [isinstance(a, Node) for a in (x, h, w)]
@@ -292,8 +297,8 @@ def residual_linear(x, h, w):
 
     def vjp(g):
         g2 = g.reshape(-1, N)
-        dh = (g2 @ wv.T).reshape(hv.shape) if traced[1] else None
-        dw = h2.T @ g2 if traced[2] else None
+        dh = _gemm(g2, wv.T).reshape(hv.shape) if traced[1] else None
+        dw = _gemm(h2.T, g2) if traced[2] else None
         return (g if traced[0] else None), dh, dw
 
     return Node(out, (x, h, w), vjp)

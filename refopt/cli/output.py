@@ -74,7 +74,7 @@ def parse_script_args(ap, argv=None):
     return a
 
 
-def package_versions(names=("refopt", "numpy", "numba", "scipy", "scikit-learn", "matplotlib")) -> dict:
+def package_versions(names=("refopt", "numpy", "numba", "scipy", "scikit-learn", "matplotlib", "mkl")) -> dict:
     out = {"python": platform.python_version()}
     for n in names:
         try:

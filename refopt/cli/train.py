@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 import refopt
+from refopt import _blas
 from refopt.cli import diagnostics as cli_diagnostics
 from refopt.cli import optimizers, output
 from refopt.cli.tasks import GPTTask, MLPTask
@@ -339,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
     output.write_csv(os.path.join(out, "metrics.csv"), rows, metric_columns(rows))
     config = {"command": "train", "settings": _settings(args), "steps": steps, "steps_done": state.t,
               "rule": describe_rule(rule), "task": task.describe(), "final": final,
-              "versions": output.package_versions()}
+              "versions": output.package_versions(), "matrix_products": _blas.describe()}
     output.write_json(os.path.join(out, "config.json"), config)
     _plot(os.path.join(out, "loss.png"), rows, f"{args.model}: {rule_title(rule)} (seed {args.seed})",
           task.eval_split)

@@ -1,0 +1,221 @@
+"""The autograd's 2-D matrix products, on one OpenMP thread pool when the optional ``mkl`` package is there.
+
+NumPy's wheels multiply matrices with OpenBLAS, which runs its own threads; refopt's fused kernels
+(``refopt.autograd._kernels``) run on numba's. Two pools on the same cores compete (each spins after its
+work), so with NumPy's BLAS the fused kernels stay serial. With the ``mkl`` package installed
+(``pip install "refopt[mkl]"``, Linux x86-64), :func:`matmul` calls MKL's ``cblas_sgemm`` / ``cblas_dgemm``
+through ctypes with MKL's GNU OpenMP threading layer -- the libgomp pool that numba's ``omp`` threading layer
+also uses -- and the fused kernels run their parallel builds on it: one pool, as in torch. The attention's
+stacks of small products stay in NumPy (MKL's ``?gemm_batch`` measured no faster on them).
+
+Results. Each product is a BLAS GEMM either way (C = A B, alpha 1, beta 0), within the rounding bound
+|fl(AB) - AB| <= K u |A| |B| (tests/test_blas.py); MKL and OpenBLAS may round a product differently in the
+last bits, so a run records which one it used (:func:`describe`, in ``config.json``). MKL runs in its strict
+Conditional Numerical Reproducibility mode on its AVX2 / AVX-512 code branch, which MKL documents for
+``?gemm`` as the same bits from run to run and for any number of threads (tested on the GPT's step). The
+fused kernels' parallel builds give the bits of their serial builds (fixed-size row chunks, no atomics).
+
+Choosing. ``REFOPT_GEMM`` in the environment: ``auto`` (default: MKL when it can be used, else NumPy),
+``numpy``, or ``mkl`` (an error at the first product if MKL cannot be used). MKL is used only when all of
+these hold, checked once at the first product: the ``mkl`` distribution with ``libmkl_rt`` and its GNU
+threading library, a ``libgomp`` on the system, numba's ``omp`` threading layer (made numba's layer if the
+user has not chosen another and numba has not started its threads yet; a numba already running another
+layer keeps NumPy's products), and MKL accepting the GNU layer and the CNR mode. :func:`use` switches in a
+running process (tests, benchmarks). A process that forks after a product on MKL's threads should start its
+children with ``multiprocessing``'s "spawn", as after any parallel numba step (GNU OpenMP and fork).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+import numpy as np
+
+_ENV = "REFOPT_GEMM"
+_CHOICES = ("auto", "numpy", "mkl")
+
+# MKL's named constants (mkl_types.h, mkl_cbwr.h, mkl_cblas.h)
+_MKL_THREADING_GNU = 3
+_MKL_CBWR_STRICT = 0x10000
+_MKL_CBWR_STRICT_BRANCHES = {10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_INT_MAX = 2 ** 31 - 1   # MKL's LP64 interface: every dimension and leading dimension is a C int
+
+
+class _State:
+    lock = threading.Lock()
+    requested: str | None = None    # from the environment on first use, or use()
+    lib = None                      # the loaded libmkl_rt, once tried
+    tried = False
+    why_not = ""                    # why MKL is not used (empty when it is)
+    info = ""                       # MKL's version and CNR branch when loaded
+
+
+def _requested() -> str:
+    if _State.requested is None:
+        value = os.environ.get(_ENV, "auto").strip().lower() or "auto"
+        if value not in _CHOICES:
+            raise ValueError(f"{_ENV}={os.environ.get(_ENV)!r}: expected one of {', '.join(_CHOICES)}")
+        _State.requested = value
+    return _State.requested
+
+
+def _mkl_files():
+    """(libmkl_rt path, libmkl_gnu_thread path) from the installed ``mkl`` distribution, or a reason."""
+    from importlib import metadata
+    try:
+        dist = metadata.distribution("mkl")
+    except metadata.PackageNotFoundError:
+        return None, "the mkl package is not installed (pip install \"refopt[mkl]\")"
+    found = {}
+    for f in dist.files or ():
+        name = os.path.basename(str(f))
+        for key in ("libmkl_rt.so", "libmkl_gnu_thread.so"):
+            if name.startswith(key):
+                found.setdefault(key, str(dist.locate_file(f)))
+    if "libmkl_rt.so" not in found or "libmkl_gnu_thread.so" not in found:
+        return None, "the mkl package has no libmkl_rt.so / libmkl_gnu_thread.so (not Linux x86-64?)"
+    return (found["libmkl_rt.so"], found["libmkl_gnu_thread.so"]), ""
+
+
+def _numba_omp() -> str:
+    """'' when numba's fused kernels will run on its ``omp`` layer (set here if still free), else why not."""
+    import numba
+    try:
+        from numba.np.ufunc import omppool  # noqa: F401
+    except ImportError as e:
+        return f"numba's omp threading layer cannot be loaded ({e})"
+    from numba.np.ufunc import parallel
+    if parallel._is_initialized:
+        layer = numba.threading_layer()
+        return "" if layer == "omp" else f"numba already runs its {layer!r} threading layer"
+    chosen = numba.config.THREADING_LAYER
+    if chosen in ("default", "omp", "safe", "threadsafe"):
+        numba.config.THREADING_LAYER = "omp"
+        return ""
+    return f"numba's threading layer is set to {chosen!r}"
+
+
+def _load() -> None:
+    """Load and configure MKL once (under the lock); leaves ``lib`` None and ``why_not`` set if unusable."""
+    _State.tried = True
+    files, why = _mkl_files()
+    if files is None:
+        _State.why_not = why
+        return
+    if ctypes.util.find_library("gomp") is None:
+        _State.why_not = "no libgomp (GNU OpenMP) on this system"
+        return
+    why = _numba_omp()
+    if why:
+        _State.why_not = why
+        return
+    try:
+        lib = ctypes.CDLL(files[0])
+    except OSError as e:
+        _State.why_not = f"libmkl_rt could not be loaded ({e})"
+        return
+    if lib.MKL_Set_Threading_Layer(_MKL_THREADING_GNU) != _MKL_THREADING_GNU:
+        _State.why_not = "MKL refused its GNU OpenMP threading layer (already initialised with another?)"
+        return
+    branch = lib.MKL_CBWR_Get_Auto_Branch()
+    if branch not in _MKL_CBWR_STRICT_BRANCHES:
+        _State.why_not = f"MKL's code branch {branch} has no strict reproducible mode (needs AVX2 or AVX-512)"
+        return
+    if lib.MKL_CBWR_Set(branch | _MKL_CBWR_STRICT) != 0:
+        _State.why_not = f"MKL refused strict reproducible mode on its {_MKL_CBWR_STRICT_BRANCHES[branch]} branch"
+        return
+    buf = ctypes.create_string_buffer(200)
+    lib.mkl_get_version_string(buf, len(buf))
+    version = " ".join(buf.value.decode(errors="replace").split()[:7])
+    for f in (lib.cblas_sgemm, lib.cblas_dgemm):
+        f.restype = None
+    _State.info = (f"{version}; GNU OpenMP threads; strict CNR, {_MKL_CBWR_STRICT_BRANCHES[branch]} branch")
+    _State.lib = lib
+
+
+def _mkl():
+    """The configured MKL library when the products go there, else None."""
+    if _requested() == "numpy":
+        return None
+    if not _State.tried:
+        with _State.lock:
+            if not _State.tried:
+                _load()
+    if _State.lib is None and _requested() == "mkl":
+        raise RuntimeError(f"{_ENV}=mkl, but MKL cannot be used: {_State.why_not}")
+    return _State.lib
+
+
+def backend() -> str:
+    """``'mkl'`` or ``'numpy'``: where :func:`matmul` sends its products (deciding it on the first call)."""
+    return "numpy" if _mkl() is None else "mkl"
+
+
+def describe() -> str:
+    """One line for a run's record: the backend, MKL's version and mode, or why MKL is not used."""
+    if backend() == "mkl":
+        return f"mkl ({_State.info})"
+    why = _State.why_not if _requested() == "auto" else f"{_ENV}=numpy"
+    return f"numpy ({why})" if why else "numpy"
+
+
+def use(name: str) -> str:
+    """Send the products to ``name`` (``'auto'``, ``'numpy'`` or ``'mkl'``) from now on; returns the
+    previous choice. ``'mkl'`` raises RuntimeError (and changes nothing) when MKL cannot be used."""
+    if name not in _CHOICES:
+        raise ValueError(f"use: expected one of {', '.join(_CHOICES)}, got {name!r}")
+    previous = _requested()
+    _State.requested = name
+    try:
+        backend()
+    except RuntimeError:
+        _State.requested = previous
+        raise
+    return previous
+
+
+def _layout(shape, strides, item: int):
+    """(CBLAS transpose flag, leading dimension) of a matrix of ``shape`` (rows, cols) and byte ``strides``
+    stored row-major or as the transpose of a row-major matrix (unit stride along one axis), else None."""
+    rows, cols = shape
+    s0, s1 = strides
+    if (s1 == item or cols == 1) and s0 % item == 0 and max(1, cols) <= s0 // item < _INT_MAX:
+        return _NO_TRANS, s0 // item
+    if (s0 == item or rows == 1) and s1 % item == 0 and max(1, rows) <= s1 // item < _INT_MAX:
+        return _TRANS, s1 // item
+    return None
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``a @ b`` (``np.matmul(a, b, out=out)``) for ndarrays.
+
+    Through MKL's ``cblas_sgemm`` / ``cblas_dgemm`` when :func:`backend` is ``'mkl'`` and: a (M, K) and
+    b (K, N) are 2-D float32 or float64 of one dtype, each with a unit stride on one axis (row-major or
+    transposed views, any leading dimension), ``out`` None or (M, N) of that dtype with row-major rows
+    (any leading dimension) not overlapping a or b, and no dimension 0. Anything else (stacks of matrices,
+    other dtypes, broadcasting) goes to ``np.matmul``, with its rules and errors. Returns ``out`` or a new
+    C-contiguous (M, N) array."""
+    lib = _mkl() if a.ndim == 2 and b.ndim == 2 else None
+    if (lib is None or a.dtype != b.dtype or a.dtype.type not in (np.float32, np.float64)
+            or a.shape[1] != b.shape[0] or 0 in a.shape or 0 in b.shape or max(a.shape + b.shape) >= _INT_MAX):
+        return np.matmul(a, b, out=out)
+    item = a.itemsize
+    M, K, N = a.shape[0], a.shape[1], b.shape[1]
+    la, lb = _layout(a.shape, a.strides, item), _layout(b.shape, b.strides, item)
+    if out is None:
+        lc = (_NO_TRANS, N)
+    else:
+        lc = (out.shape == (M, N) and out.dtype == a.dtype and not np.may_share_memory(out, a)
+              and not np.may_share_memory(out, b) and _layout(out.shape, out.strides, item))
+    if la is None or lb is None or not lc or lc[0] != _NO_TRANS:
+        return np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty((M, N), a.dtype)
+    gemm, scalar = ((lib.cblas_sgemm, ctypes.c_float) if a.dtype.type is np.float32
+                    else (lib.cblas_dgemm, ctypes.c_double))
+    gemm(_ROW_MAJOR, la[0], lb[0], M, N, K, scalar(1.0), ctypes.c_void_p(a.ctypes.data), la[1],
+         ctypes.c_void_p(b.ctypes.data), lb[1], scalar(0.0), ctypes.c_void_p(out.ctypes.data), lc[1])
+    return out

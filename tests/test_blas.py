@@ -1,0 +1,218 @@
+"""refopt._blas: the autograd's 2-D products through MKL (when the ``mkl`` extra is installed) or NumPy.
+
+Every layout the autograd passes (row-major, transposed views, column slices, a given ``out``) against the
+classical elementwise bound of a dot product in floating point, |fl(AB) - AB| <= K u |A||B| (u the unit
+roundoff), with AB from an exact rational oracle; a deliberately wrong transpose flag the bound catches;
+the fallbacks behave as ``np.matmul``; the GPT's gradients with MKL against NumPy's on every configuration
+(float64 within 1e-12, float32 within 1e-5 of the leaf's largest entry); MKL's products and the fused
+kernels give the same bits on one thread and on two; the choice through REFOPT_GEMM and ``use``."""
+import os
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import refopt
+from refopt import _blas
+from refopt.autograd import _kernels, value_and_grad
+from refopt.models import gpt
+
+HAVE_MKL = _blas._mkl_files()[0] is not None and _blas.backend() == "mkl"
+needs_mkl = pytest.mark.skipif(not HAVE_MKL, reason=f"MKL not used here: {_blas.describe()}")
+BACKENDS = ["numpy"] + (["mkl"] if HAVE_MKL else [])
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def backend(request):
+    previous = _blas.use(request.param)
+    yield request.param
+    _blas.use(previous)
+
+
+def exact_product(a, b):
+    """AB in exact rational arithmetic (the oracle), rounded to float64 at the end, and |A||B|."""
+    fa = [[Fraction(float(v)) for v in row] for row in a]
+    fb = [[Fraction(float(v)) for v in row] for row in b]
+    K = len(fb)
+    ab = np.array([[float(sum(fa[i][k] * fb[k][j] for k in range(K))) for j in range(len(fb[0]))]
+                   for i in range(len(fa))])
+    return ab, np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+
+
+def within_bound(c, a, b):
+    ab, mag = exact_product(a, b)
+    u = np.finfo(a.dtype).eps / 2
+    K = a.shape[1]
+    err = np.abs(c.astype(np.float64) - ab)
+    return bool(np.all(err <= K * u * mag * 1.0001 + 1e-300)), float(np.max(err / (u * mag + 1e-300)))
+
+
+def layouts(rng, M, K, dtype):
+    """(name, 2-D array of shape (M, K)) in each storage the autograd produces, plus odd ones."""
+    base = rng.standard_normal((M, K)).astype(dtype)
+    wide = np.zeros((M, K + 5), dtype)
+    wide[:, 2:K + 2] = base
+    tall = np.zeros((K + 3, M), dtype)
+    tall[1:K + 1] = base.T
+    return [("C", base), ("F", np.asfortranarray(base)), ("transposed view", base.T.copy().T),
+            ("column slice", wide[:, 2:K + 2]), ("transposed slice", tall[1:K + 1].T),
+            ("strided (fallback)", np.repeat(base, 2, axis=1)[:, ::2])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_of_every_layout_within_the_rounding_bound(backend, dtype):
+    rng = np.random.default_rng(0)
+    M, K, N = 7, 13, 5
+    for (na, a), (nb, b) in [(x, y) for x in layouts(rng, M, K, dtype) for y in layouts(rng, K, N, dtype)]:
+        expect = np.array(a, copy=True), np.array(b, copy=True)
+        c = _blas.matmul(a, b)
+        assert c.shape == (M, N) and c.dtype == dtype and c.flags.c_contiguous, (na, nb)
+        ok, worst = within_bound(c, a, b)
+        assert ok, f"{backend} {np.dtype(dtype).name}: a {na}, b {nb}: error {worst:.3g} u |A||B|"
+        np.testing.assert_array_equal(a, expect[0])   # the inputs are not written
+        np.testing.assert_array_equal(b, expect[1])
+        out = np.full((M, N), np.nan, dtype)
+        assert _blas.matmul(a, b, out=out) is out
+        np.testing.assert_array_equal(out, c)
+        col = np.full((N, M), np.nan, dtype).T              # an `out` that is not C-contiguous: NumPy's path
+        assert _blas.matmul(a, b, out=col) is col
+        assert within_bound(col, a, b)[0]
+
+
+@needs_mkl
+def test_a_wrong_transpose_flag_breaks_the_bound(monkeypatch):
+    """Negative control: with the transposed views' flag reported as not transposed, the products of
+    square matrices (same shape either way) are wrong, and the bound above catches it."""
+    real = _blas._layout
+
+    def wrong(shape, strides, item):
+        flag, ld = real(shape, strides, item)
+        return _blas._NO_TRANS, ld
+
+    monkeypatch.setattr(_blas, "_layout", wrong)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((6, 6))
+    b = rng.standard_normal((6, 6))
+    assert within_bound(_blas.matmul(a, b), a, b)[0]           # row-major operands: unaffected
+    assert not within_bound(_blas.matmul(a.T, b), a.T, b)[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_everything_else_goes_to_numpy_with_its_errors(backend):
+    rng = np.random.default_rng(2)
+    a3, b2 = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))
+    np.testing.assert_array_equal(_blas.matmul(a3, b2), np.matmul(a3, b2))
+    v = rng.standard_normal(4)
+    np.testing.assert_array_equal(_blas.matmul(v, b2), v @ b2)
+    ai, bi = np.arange(12).reshape(3, 4), np.arange(8).reshape(4, 2)
+    np.testing.assert_array_equal(_blas.matmul(ai, bi), ai @ bi)
+    a32 = rng.standard_normal((3, 4)).astype(np.float32)
+    got = _blas.matmul(a32, b2)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, a32 @ b2)
+    np.testing.assert_array_equal(_blas.matmul(np.zeros((3, 0)), np.zeros((0, 2))), np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="mismatch"):
+        _blas.matmul(rng.standard_normal((3, 4)), rng.standard_normal((5, 2)))
+    sq = rng.standard_normal((4, 4))
+    expect = sq @ sq
+    _blas.matmul(sq, sq.copy(), out=sq)                     # out is an input: NumPy handles the overlap
+    np.testing.assert_array_equal(sq, expect)
+
+
+def _gpt_grads(cfg, dtype):
+    p = gpt.init(cfg, 0, dtype)
+    r = np.random.default_rng(3)
+    x, y = r.integers(0, cfg.vocab_size, (4, cfg.block_size)), r.integers(0, cfg.vocab_size, (4, cfg.block_size))
+    v, g = value_and_grad(lambda p: gpt.loss(p, x, y, cfg))(p)
+    leaves, paths, _ = refopt.tree.flatten(g)
+    return v, dict(zip(paths, leaves))
+
+
+CONFIGS = [dict(), dict(qk_norm=True), dict(tie_head=False), dict(ffn="reglu"), dict(ffn="gelu")]
+
+
+@needs_mkl
+@pytest.mark.parametrize("kw", CONFIGS, ids=lambda kw: ",".join(kw) or "default")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpt_gradients_with_mkl_match_numpy(kw, dtype):
+    cfg = gpt.GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=32, **kw)
+    previous = _blas.use("numpy")
+    try:
+        v0, g0 = _gpt_grads(cfg, dtype)
+        _blas.use("mkl")
+        v1, g1 = _gpt_grads(cfg, dtype)
+    finally:
+        _blas.use(previous)
+    tol = {np.float64: 1e-12, np.float32: 1e-5}[dtype]
+    assert abs(v1 - v0) <= tol * abs(v0)
+    for k in g0:
+        assert g1[k].dtype == dtype
+        scale = np.max(np.abs(g0[k]))
+        assert np.max(np.abs(g1[k] - g0[k])) <= tol * scale, k
+
+
+_THREADS = """
+import sys, numpy as np
+sys.path[:0] = [{root!r}]
+import numba, refopt
+from refopt import _blas
+from refopt.autograd import value_and_grad
+from refopt.models import gpt
+assert _blas.backend() == "mkl"
+cfg = gpt.GPTConfig(vocab_size=29, block_size=32, n_layer=2, n_head=2, n_embd=64, qk_norm=True)
+p = gpt.init(cfg, 0, np.float32)
+r = np.random.default_rng(3)
+x, y = r.integers(0, 29, (16, 32)), r.integers(0, 29, (16, 32))
+out = {{}}
+for n in (1, 2):
+    _blas._State.lib.MKL_Set_Num_Threads(n)
+    numba.set_num_threads(n)
+    v, g = value_and_grad(lambda p: gpt.loss(p, x, y, cfg))(p)
+    leaves, paths, _ = refopt.tree.flatten(g)
+    out.update({{f"{{n}}:{{k}}": a for k, a in zip(paths, leaves)}}, **{{f"{{n}}:loss": np.asarray(v)}})
+assert numba.threading_layer() == "omp"
+np.savez({path!r}, **out)
+"""
+
+
+@needs_mkl
+def test_mkl_step_same_bits_on_one_thread_and_on_two(tmp_path):
+    """MKL's strict reproducible mode and the fused kernels' parallel builds: the loss and every gradient
+    of a GPT are the same bits on one thread and on two (a subprocess with two threads available)."""
+    path = str(tmp_path / "g.npz")
+    env = dict(os.environ, NUMBA_NUM_THREADS="2", OMP_NUM_THREADS="2", REFOPT_GEMM="mkl")
+    subprocess.run([sys.executable, "-c", _THREADS.format(root=ROOT, path=path)], env=env, check=True, timeout=600)
+    got = np.load(path)
+    assert got["1:loss"] == got["2:loss"]
+    for k in got.files:
+        if k.startswith("1:"):
+            np.testing.assert_array_equal(got[k], got["2:" + k[2:]], err_msg=k)
+
+
+def test_choice_through_use_and_the_environment(monkeypatch):
+    with pytest.raises(ValueError, match="expected one of auto, numpy, mkl"):
+        _blas.use("openblas")
+    previous = _blas.use("numpy")
+    try:
+        assert _blas.backend() == "numpy" and _blas.describe() == "numpy (REFOPT_GEMM=numpy)"
+        assert _kernels._blas.backend() == "numpy"
+    finally:
+        _blas.use(previous)
+    # MKL asked for but unusable: an error naming why, and the previous choice kept
+    monkeypatch.setattr(_blas._State, "tried", True)
+    monkeypatch.setattr(_blas._State, "lib", None)
+    monkeypatch.setattr(_blas._State, "why_not", "the mkl package is not installed")
+    before = _blas._requested()
+    with pytest.raises(RuntimeError, match="MKL cannot be used: the mkl package is not installed"):
+        _blas.use("mkl")
+    assert _blas._requested() == before
+    for value, expect in [("bogus", "REFOPT_GEMM='bogus': expected one of auto, numpy, mkl"),
+                          ("numpy", "numpy (REFOPT_GEMM=numpy)")]:
+        run = subprocess.run([sys.executable, "-c", "from refopt import _blas; print(_blas.describe())"],
+                             env=dict(os.environ, REFOPT_GEMM=value, PYTHONPATH=ROOT), capture_output=True,
+                             text=True, timeout=300)
+        assert expect in run.stdout + run.stderr, run.stderr
