@@ -10,13 +10,15 @@ by ``refopt.update_`` with ``refopt.AdamW``; torch's is ``loss.backward()`` and 
 Usage (torch must be installed: ``pip install torch==2.13.0``)::
 
     PYTHONPATH=. python benchmarks/bench_gpt_step.py [--steps 20] [--threads 2] [--n-embd 256 --n-layer 6]
-        [--repeats 3] [--malloc default]
+        [--repeats 3] [--malloc default] [--gemm numpy]
 
 Prints ms/step (median over --steps after 3 warm-up steps) for both and the ratio refopt / torch; with
 --repeats R, the two alternate R times in one process and the medians of the per-repeat medians are
 reported. Also prints the load average before and after. The process reuses freed heap pages as
 ``refopt train`` does (``refopt.cli._memory.keep_freed_memory``, for both libraries alike);
-``--malloc default`` keeps glibc's defaults instead. Not a test; numbers depend on the machine and
+``--malloc default`` keeps glibc's defaults instead. ``--gemm`` chooses refopt's matrix products
+(``REFOPT_GEMM``: MKL on the fused kernels' OpenMP threads with the ``mkl`` extra, else NumPy's BLAS with
+serial fused kernels); the line "refopt's products" says which ran. Not a test; numbers depend on the machine and
 on its load.
 """
 from __future__ import annotations
@@ -37,6 +39,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=1, help="alternate refopt and torch this many times")
     ap.add_argument("--malloc", default="keep", choices=["keep", "default"],
                     help="keep: reuse freed heap pages, as refopt train does (both libraries); default: glibc's")
+    ap.add_argument("--only", default=None, choices=["refopt", "torch"],
+                    help="time one library only (run each in its own process: torch's OpenMP threads and "
+                         "MKL's are two pools in one process)")
     ap.add_argument("--gemm", default="auto", choices=["auto", "numpy", "mkl"],
                     help="refopt's matrix products (refopt._blas): MKL on the fused kernels' OpenMP pool when "
                          "installed (auto), or NumPy's BLAS with serial fused kernels")
@@ -127,9 +132,10 @@ def main():
         return np.median(times), np.median(cpu)
 
     res_np, res_t = [], []
+    nan = (float("nan"), float("nan"))
     for _ in range(a.repeats):
-        res_np.append(run_refopt())
-        res_t.append(run_torch())
+        res_np.append(run_refopt() if a.only != "torch" else nan)
+        res_t.append(run_torch() if a.only != "refopt" else nan)
     (med_np, cpu_np), (med_t, cpu_t) = np.array(res_np).T, np.array(res_t).T
     ms_np, ms_t = 1e3 * np.median(med_np), 1e3 * np.median(med_t)
     print(f"load average after: {os.getloadavg()}")

@@ -27,7 +27,6 @@ children with ``multiprocessing``'s "spawn", as after any parallel numba step (G
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 
@@ -92,21 +91,22 @@ def _numba_omp() -> str:
         layer = numba.threading_layer()
         return "" if layer == "omp" else f"numba already runs its {layer!r} threading layer"
     chosen = numba.config.THREADING_LAYER
-    if chosen in ("default", "omp", "safe", "threadsafe"):
+    if chosen in ("default", "omp", "threadsafe"):   # not 'safe' / 'forksafe': OpenMP is not fork-safe
         numba.config.THREADING_LAYER = "omp"
         return ""
     return f"numba's threading layer is set to {chosen!r}"
 
 
 def _load() -> None:
-    """Load and configure MKL once (under the lock); leaves ``lib`` None and ``why_not`` set if unusable."""
-    _State.tried = True
+    """Load and configure MKL (under the lock); leaves ``lib`` None and ``why_not`` set if unusable."""
     files, why = _mkl_files()
     if files is None:
         _State.why_not = why
         return
-    if ctypes.util.find_library("gomp") is None:
-        _State.why_not = "no libgomp (GNU OpenMP) on this system"
+    try:   # MKL's GNU layer loads libgomp itself and ends the process if it cannot: make sure it can
+        ctypes.CDLL("libgomp.so.1")
+    except OSError:
+        _State.why_not = "no libgomp.so.1 (GNU OpenMP) on this system"
         return
     why = _numba_omp()
     if why:
@@ -129,7 +129,8 @@ def _load() -> None:
         return
     buf = ctypes.create_string_buffer(200)
     lib.mkl_get_version_string(buf, len(buf))
-    version = " ".join(buf.value.decode(errors="replace").split()[:7])
+    words = buf.value.decode(errors="replace").split()
+    version = "MKL " + (words[words.index("Version") + 1].removesuffix("-Product") if "Version" in words else "?")
     for f in (lib.cblas_sgemm, lib.cblas_dgemm):
         f.restype = None
     _State.info = (f"{version}; GNU OpenMP threads; strict CNR, {_MKL_CBWR_STRICT_BRANCHES[branch]} branch")
@@ -143,7 +144,10 @@ def _mkl():
     if not _State.tried:
         with _State.lock:
             if not _State.tried:
-                _load()
+                try:
+                    _load()
+                finally:   # set last: another thread never sees "tried" before the outcome
+                    _State.tried = True
     if _State.lib is None and _requested() == "mkl":
         raise RuntimeError(f"{_ENV}=mkl, but MKL cannot be used: {_State.why_not}")
     return _State.lib

@@ -216,3 +216,23 @@ def test_choice_through_use_and_the_environment(monkeypatch):
                              env=dict(os.environ, REFOPT_GEMM=value, PYTHONPATH=ROOT), capture_output=True,
                              text=True, timeout=300)
         assert expect in run.stdout + run.stderr, run.stderr
+
+
+@needs_mkl
+def test_a_numba_on_another_threading_layer_keeps_numpy(tmp_path):
+    """MKL's threads and numba's must be one OpenMP pool: with numba set to its workqueue layer, 'auto'
+    falls back to NumPy and says why, and 'mkl' is an error naming the reason; the products still run."""
+    code = ("import numpy as np; from refopt import _blas; print(_blas.describe()); "
+            "a = np.ones((3, 4)); print(_blas.matmul(a, a.T)[0, 0])")
+    for gemm in ("auto", "mkl"):
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                             env=dict(os.environ, REFOPT_GEMM=gemm, NUMBA_THREADING_LAYER="workqueue",
+                                      PYTHONPATH=ROOT))
+        if gemm == "auto":
+            assert run.returncode == 0, run.stderr
+            assert run.stdout.split("\n")[:2] == [
+                "numpy (numba's threading layer is set to 'workqueue')", "4.0"], run.stdout
+        else:
+            assert run.returncode != 0
+            assert ("RuntimeError: REFOPT_GEMM=mkl, but MKL cannot be used: numba's threading layer is set to "
+                    "'workqueue'") in run.stderr

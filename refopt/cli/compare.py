@@ -77,6 +77,7 @@ def config(names, per_run, prepared, runs) -> dict:
                              "final": runs[name]["final"]}
     out["task"] = prepared[names[0]][0].describe()
     out["versions"] = output.package_versions()
+    out["matrix_products"] = train._blas.describe()
     return out
 
 
