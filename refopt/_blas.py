@@ -21,8 +21,9 @@ these hold, checked once at the first product: the ``mkl`` distribution with ``l
 threading library, a ``libgomp`` on the system, numba's ``omp`` threading layer (made numba's layer if the
 user has not chosen another and numba has not started its threads yet; a numba already running another
 layer keeps NumPy's products), and MKL accepting the GNU layer and the CNR mode. :func:`use` switches in a
-running process (tests, benchmarks). A process that forks after a product on MKL's threads should start its
-children with ``multiprocessing``'s "spawn", as after any parallel numba step (GNU OpenMP and fork).
+running process (tests, benchmarks). GNU OpenMP's threads do not survive a fork: a child forked after MKL
+was loaded runs MKL on one thread (the same bits) and the fused kernels serially; a rule's parallel numba
+kernels still need ``multiprocessing``'s "spawn" start method there, as before.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ _MKL_CBWR_STRICT = 0x10000
 _MKL_CBWR_STRICT_BRANCHES = {10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2 ** 31 - 1   # MKL's LP64 interface: every dimension and leading dimension is a C int
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))   # native byte order only ('>f8' != '<f8')
 
 
 class _State:
@@ -50,6 +52,21 @@ class _State:
     tried = False
     why_not = ""                    # why MKL is not used (empty when it is)
     info = ""                       # MKL's version and CNR branch when loaded
+    forked = False                  # a child forked after MKL was loaded: MKL on one thread, serial kernels
+
+
+def _after_fork_in_child() -> None:
+    """GNU OpenMP's threads do not survive a fork: a child calling MKL on them hangs, and numba's omp layer
+    ends it. A child forked after MKL was loaded runs MKL on one thread (strict CNR: the same bits) and the
+    fused kernels' serial builds (:func:`one_pool` is False)."""
+    _State.lock = threading.Lock()
+    if _State.lib is not None:
+        _State.lib.MKL_Set_Num_Threads(1)
+        _State.forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _requested() -> str:
@@ -158,10 +175,16 @@ def backend() -> str:
     return "numpy" if _mkl() is None else "mkl"
 
 
+def one_pool() -> bool:
+    """True when the fused kernels should run their parallel builds: the products run on MKL's OpenMP
+    threads in this process (not in a child forked from it)."""
+    return backend() == "mkl" and not _State.forked
+
+
 def describe() -> str:
     """One line for a run's record: the backend, MKL's version and mode, or why MKL is not used."""
     if backend() == "mkl":
-        return f"mkl ({_State.info})"
+        return f"mkl ({_State.info}{'; one thread in this forked child' if _State.forked else ''})"
     why = _State.why_not if _requested() == "auto" else f"{_ENV}=numpy"
     return f"numpy ({why})" if why else "numpy"
 
@@ -169,8 +192,9 @@ def describe() -> str:
 def use(name: str) -> str:
     """Send the products to ``name`` (``'auto'``, ``'numpy'`` or ``'mkl'``) from now on; returns the
     previous choice. ``'mkl'`` raises RuntimeError (and changes nothing) when MKL cannot be used."""
-    if name not in _CHOICES:
+    if not isinstance(name, str) or name.strip().lower() not in _CHOICES:
         raise ValueError(f"use: expected one of {', '.join(_CHOICES)}, got {name!r}")
+    name = name.strip().lower()
     previous = _requested()
     _State.requested = name
     try:
@@ -197,14 +221,15 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     """``a @ b`` (``np.matmul(a, b, out=out)``) for ndarrays.
 
     Through MKL's ``cblas_sgemm`` / ``cblas_dgemm`` when :func:`backend` is ``'mkl'`` and: a (M, K) and
-    b (K, N) are 2-D float32 or float64 of one dtype, each with a unit stride on one axis (row-major or
+    b (K, N) are 2-D ndarrays of one native float32 or float64 dtype, each with a unit stride on one axis (row-major or
     transposed views, any leading dimension), ``out`` None or (M, N) of that dtype with row-major rows
-    (any leading dimension) not overlapping a or b, and no dimension 0. Anything else (stacks of matrices,
-    other dtypes, broadcasting) goes to ``np.matmul``, with its rules and errors. Returns ``out`` or a new
+    (any leading dimension), writeable, not overlapping a or b, and no dimension 0. Anything else (stacks of
+    matrices, other dtypes or byte orders, ndarray subclasses, broadcasting, a read-only ``out``) goes to
+    ``np.matmul``, with its rules and errors. Returns ``out`` or a new
     C-contiguous (M, N) array."""
-    lib = _mkl() if a.ndim == 2 and b.ndim == 2 else None
-    if (lib is None or a.dtype != b.dtype or a.dtype.type not in (np.float32, np.float64)
-            or a.shape[1] != b.shape[0] or 0 in a.shape or 0 in b.shape or max(a.shape + b.shape) >= _INT_MAX):
+    lib = _mkl() if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2 else None
+    if (lib is None or a.dtype != b.dtype or a.dtype not in _DTYPES or a.shape[1] != b.shape[0] or 0 in a.shape
+            or 0 in b.shape or max(a.shape + b.shape) >= _INT_MAX):
         return np.matmul(a, b, out=out)
     item = a.itemsize
     M, K, N = a.shape[0], a.shape[1], b.shape[1]
@@ -212,8 +237,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     if out is None:
         lc = (_NO_TRANS, N)
     else:
-        lc = (out.shape == (M, N) and out.dtype == a.dtype and not np.may_share_memory(out, a)
-              and not np.may_share_memory(out, b) and _layout(out.shape, out.strides, item))
+        lc = (type(out) is np.ndarray and out.shape == (M, N) and out.dtype == a.dtype and out.flags.writeable
+              and not np.may_share_memory(out, a) and not np.may_share_memory(out, b)
+              and _layout(out.shape, out.strides, item))
     if la is None or lb is None or not lc or lc[0] != _NO_TRANS:
         return np.matmul(a, b, out=out)
     if out is None:

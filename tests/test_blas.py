@@ -236,3 +236,97 @@ def test_a_numba_on_another_threading_layer_keeps_numpy(tmp_path):
             assert run.returncode != 0
             assert ("RuntimeError: REFOPT_GEMM=mkl, but MKL cannot be used: numba's threading layer is set to "
                     "'workqueue'") in run.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_inputs_mkl_must_not_take_go_to_numpy(backend):
+    """A read-only ``out`` raises NumPy's error and is not written; non-native byte order and ndarray
+    subclasses get NumPy's results (MKL would read swapped bytes, or drop the subclass)."""
+    a = np.arange(6.0).reshape(2, 3)
+    b = np.ones((3, 2))
+    frozen = np.zeros((2, 2))
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        _blas.matmul(a, b, out=frozen)
+    np.testing.assert_array_equal(frozen, 0)
+    for dt in (">f8", ">f4"):
+        got = _blas.matmul(a.astype(dt), b.astype(dt))
+        np.testing.assert_array_equal(got, [[3, 3], [12, 12]])
+
+    class Sub(np.ndarray):
+        pass
+
+    assert type(_blas.matmul(a.view(Sub), b)) is Sub
+
+
+def test_use_takes_the_names_as_the_environment_does():
+    previous = _blas.use(" NumPy ")
+    try:
+        assert _blas.backend() == "numpy"
+    finally:
+        _blas.use(previous)
+
+
+_FORK = """
+import sys, multiprocessing as mp, numpy as np
+sys.path[:0] = [{root!r}]
+from refopt import _blas
+from refopt.autograd import _kernels
+from refopt.models import gpt
+cfg = gpt.GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=64)
+p = gpt.init(cfg, 0, np.float32)
+r = np.random.default_rng(3)
+x, y = r.integers(0, 29, (16, 16)), r.integers(0, 29, (16, 16))
+def loss(_):
+    return float(gpt.loss(p, x, y, cfg)), _blas.describe(), _blas.one_pool()
+parent = loss(0)
+assert parent[1].startswith("mkl") and parent[2], parent
+with mp.get_context("fork").Pool(2) as pool:
+    children = pool.map(loss, range(2))
+for c in children:
+    assert c[0] == parent[0], (c, parent)
+    assert c[1].endswith("one thread in this forked child)") and not c[2], c
+print("ok")
+"""
+
+
+@needs_mkl
+def test_a_child_forked_after_mkl_ran_computes_the_same_bits():
+    """GNU OpenMP's threads do not survive fork: without care a forked child calling MKL hangs. A child
+    forked after MKL ran runs it on one thread and the fused kernels serially: the parent's loss, bit for
+    bit, and no hang (the subprocess has a time limit)."""
+    run = subprocess.run([sys.executable, "-c", _FORK.format(root=ROOT)], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, REFOPT_GEMM="mkl", OMP_NUM_THREADS="2"))
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+def test_cli_bad_refopt_gemm_is_a_user_error_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from refopt.cli import main
+    monkeypatch.setenv("REFOPT_GEMM", "bogus")
+    monkeypatch.setattr(_blas._State, "requested", None)
+    out = tmp_path / "run"
+    tiny = ["--model", "mlp", "--steps", "3", "--hidden", "8", "--no-progress"]
+    assert main(["train", "--out", str(out), *tiny]) == 2
+    assert main(["compare", "--out", str(out), "--optimizers", "sgd", *tiny]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error: REFOPT_GEMM='bogus': expected one of auto, numpy, mkl") == 2, err
+    assert not out.exists()
+
+
+@needs_mkl
+def test_resuming_on_another_blas_warns_and_records_both(tmp_path, capsys):
+    import json
+
+    from refopt.cli import main
+    out = tmp_path / "run"
+    tiny = ["--model", "mlp", "--steps", "6", "--hidden", "8", "--no-progress"]
+    previous = _blas.use("mkl")
+    try:
+        assert main(["train", "--out", str(out), "--stop-after", "3", *tiny]) == 0
+        _blas.use("numpy")
+        assert main(["train", "--resume", str(out)]) == 0
+    finally:
+        _blas.use(previous)
+    assert "warning: the run was started with matrix products 'mkl (" in capsys.readouterr().err
+    products = json.loads((out / "config.json").read_text())["matrix_products"]
+    assert products.startswith("mkl (") and products.endswith(", then from step 4: numpy (REFOPT_GEMM=numpy)")

@@ -223,7 +223,7 @@ from refopt.kernels import _twin  # noqa: E402
 _FLAGS = dict(cache=True, error_model="numpy")
 
 #: which build of the fused kernels runs: None (default) the parallel one exactly when the products run on
-#: MKL (``refopt._blas.backend() == 'mkl'``); True / False forces it (tests, benchmarks)
+#: MKL's OpenMP threads (``refopt._blas.one_pool()``); True / False forces it (tests, benchmarks)
 parallel_builds: bool | None = None
 
 
@@ -235,7 +235,7 @@ def _fused(fn, name: str | None = None):
     parallel = njit(parallel=True, **_FLAGS)(_twin(fn, name + "_parallel"))
 
     def call(*args):
-        par = _blas.backend() == "mkl" if parallel_builds is None else parallel_builds
+        par = _blas.one_pool() if parallel_builds is None else parallel_builds
         return (parallel if par else serial)(*args)
 
     call.serial, call.parallel, call.py_func = serial, parallel, fn

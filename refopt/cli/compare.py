@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"--optimizers lists a name twice: {names}")
     train.check_options(args, names)       # an option none of the chosen optimizers uses is an error
+    train.matrix_products()                # REFOPT_GEMM checked before --out is created
     # every run checked and its rule built before any trains (or --out is created): a bad value fails now,
     # not after the runs before it have trained
     per_run = {name: optimizers.for_optimizer(args, name) for name in names}
@@ -77,7 +78,7 @@ def config(names, per_run, prepared, runs) -> dict:
                              "final": runs[name]["final"]}
     out["task"] = prepared[names[0]][0].describe()
     out["versions"] = output.package_versions()
-    out["matrix_products"] = train._blas.describe()
+    out["matrix_products"] = train.matrix_products()
     return out
 
 

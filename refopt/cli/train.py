@@ -13,6 +13,7 @@ import csv
 import json
 import math
 import os
+import sys
 import time
 
 import numpy as np
@@ -219,9 +220,19 @@ def _settings(args) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
 
 
+def matrix_products() -> str:
+    """``refopt._blas.describe()``, deciding the BLAS before anything is written; REFOPT_GEMM set to a bad
+    value, or to ``mkl`` where MKL cannot be used, is a user mistake (ValueError: one line, exit status 2)."""
+    try:
+        return _blas.describe()
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(str(e)) from None
+
+
 def _load_resume(args):
     """Settings of the run in ``args.resume`` (with the RESUMABLE overrides), its checkpoint and rows.
 
+    Also returns the BLAS the run recorded (``matrix_products``; None before it was recorded).
     Raises ValueError (one line) for anything wrong in the directory: a missing or malformed
     config.json (not JSON, no settings, a setting missing, unknown or of the wrong type), a checkpoint
     that cannot be loaded, a malformed metrics.csv, or options given that the resumed run cannot change.
@@ -258,7 +269,7 @@ def _load_resume(args):
         rows = [r for r in rows if r["step"] <= ckpt.state.t]
     except (UnicodeDecodeError, KeyError, TypeError, ValueError, csv.Error) as e:
         raise ValueError(f"--resume {d}: metrics.csv is malformed ({type(e).__name__}: {e})") from None
-    return new, ckpt, rows
+    return new, ckpt, rows, cfg.get("matrix_products")
 
 
 def _check_settings(settings: dict, d: str) -> dict:
@@ -304,8 +315,14 @@ def run(args: argparse.Namespace) -> int:
     previous: list[dict] = []
     start = ckpt = None
     resumed = args.resume
+    products = matrix_products()
     if args.resume is not None:
-        args, ckpt, previous = _load_resume(args)
+        args, ckpt, previous, products_before = _load_resume(args)
+        if products_before is not None and products_before != products:
+            print(f"refopt train: warning: the run was started with matrix products {products_before!r} and "
+                  f"continues with {products!r}: it may differ in the last bits from the uninterrupted run; "
+                  "config.json records both", file=sys.stderr)
+            products = f"{products_before}, then from step {ckpt.state.t + 1}: {products}"
     task, rule, lr, steps = prepare(args)
     own = resumed is not None and os.path.realpath(args.out) == os.path.realpath(resumed)   # its own run
     overwrite = getattr(args, "overwrite", False) and not own
@@ -340,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
     output.write_csv(os.path.join(out, "metrics.csv"), rows, metric_columns(rows))
     config = {"command": "train", "settings": _settings(args), "steps": steps, "steps_done": state.t,
               "rule": describe_rule(rule), "task": task.describe(), "final": final,
-              "versions": output.package_versions(), "matrix_products": _blas.describe()}
+              "versions": output.package_versions(), "matrix_products": products}
     output.write_json(os.path.join(out, "config.json"), config)
     _plot(os.path.join(out, "loss.png"), rows, f"{args.model}: {rule_title(rule)} (seed {args.seed})",
           task.eval_split)
