@@ -69,17 +69,24 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _choice(name) -> str | None:
+    """``name`` as one of :data:`_CHOICES` (case and surrounding blanks ignored; empty means auto), or None."""
+    value = (name.strip().lower() or "auto") if isinstance(name, str) else None
+    return value if value in _CHOICES else None
+
+
 def _requested() -> str:
     if _State.requested is None:
-        value = os.environ.get(_ENV, "auto").strip().lower() or "auto"
-        if value not in _CHOICES:
-            raise ValueError(f"{_ENV}={os.environ.get(_ENV)!r}: expected one of {', '.join(_CHOICES)}")
-        _State.requested = value
+        value = os.environ.get(_ENV, "auto")
+        if _choice(value) is None:
+            raise ValueError(f"{_ENV}={value!r}: expected one of {', '.join(_CHOICES)}")
+        _State.requested = _choice(value)
     return _State.requested
 
 
-def _mkl_files():
-    """(libmkl_rt path, libmkl_gnu_thread path) from the installed ``mkl`` distribution, or a reason."""
+def _mkl_rt():
+    """(the path of libmkl_rt, '') from the installed ``mkl`` distribution, which must also hold MKL's GNU
+    threading library; (None, the reason) otherwise."""
     from importlib import metadata
     try:
         dist = metadata.distribution("mkl")
@@ -93,7 +100,7 @@ def _mkl_files():
                 found.setdefault(key, str(dist.locate_file(f)))
     if "libmkl_rt.so" not in found or "libmkl_gnu_thread.so" not in found:
         return None, "the mkl package has no libmkl_rt.so / libmkl_gnu_thread.so (not Linux x86-64?)"
-    return (found["libmkl_rt.so"], found["libmkl_gnu_thread.so"]), ""
+    return found["libmkl_rt.so"], ""
 
 
 def _numba_omp() -> str:
@@ -116,8 +123,8 @@ def _numba_omp() -> str:
 
 def _load() -> None:
     """Load and configure MKL (under the lock); leaves ``lib`` None and ``why_not`` set if unusable."""
-    files, why = _mkl_files()
-    if files is None:
+    path, why = _mkl_rt()
+    if path is None:
         _State.why_not = why
         return
     try:   # MKL's GNU layer loads libgomp itself and ends the process if it cannot: make sure it can
@@ -130,7 +137,7 @@ def _load() -> None:
         _State.why_not = why
         return
     try:
-        lib = ctypes.CDLL(files[0])
+        lib = ctypes.CDLL(path)
     except OSError as e:
         _State.why_not = f"libmkl_rt could not be loaded ({e})"
         return
@@ -192,10 +199,9 @@ def describe() -> str:
 def use(name: str) -> str:
     """Send the products to ``name`` (``'auto'``, ``'numpy'`` or ``'mkl'``) from now on; returns the
     previous choice. ``'mkl'`` raises RuntimeError (and changes nothing) when MKL cannot be used."""
-    if not isinstance(name, str) or name.strip().lower() not in _CHOICES:
+    if _choice(name) is None or not name.strip():   # the environment's empty value means auto; use("") does not
         raise ValueError(f"use: expected one of {', '.join(_CHOICES)}, got {name!r}")
-    name = name.strip().lower()
-    previous = _requested()
+    name, previous = _choice(name), _requested()
     _State.requested = name
     try:
         backend()

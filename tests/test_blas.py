@@ -19,7 +19,7 @@ from refopt import _blas
 from refopt.autograd import _kernels, value_and_grad
 from refopt.models import gpt
 
-HAVE_MKL = _blas._mkl_files()[0] is not None and _blas.backend() == "mkl"
+HAVE_MKL = _blas._mkl_rt()[0] is not None and _blas.backend() == "mkl"
 needs_mkl = pytest.mark.skipif(not HAVE_MKL, reason=f"MKL not used here: {_blas.describe()}")
 BACKENDS = ["numpy"] + (["mkl"] if HAVE_MKL else [])
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

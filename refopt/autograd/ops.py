@@ -151,7 +151,7 @@ def matmul(a, b):
             if B.ndim == 2 and A.ndim > 2:
                 gb = _blas.matmul(A.reshape(-1, A.shape[-1]).T, g2.reshape(-1, g2.shape[-1]))
             else:
-                gb = np.swapaxes(A, -1, -2) @ g2
+                gb = _mm(np.swapaxes(A, -1, -2), g2)
             gb = _fit(gb, B).reshape(y.shape)
         return ga, gb
 
