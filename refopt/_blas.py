@@ -1,4 +1,4 @@
-"""The autograd's 2-D matrix products, on one OpenMP thread pool when the optional ``mkl`` package is there.
+"""The autograd's matrix products, on one OpenMP thread pool when the optional ``mkl`` package is there.
 
 NumPy's wheels multiply matrices with OpenBLAS, which runs its own threads; refopt's fused kernels
 (``refopt.autograd._kernels``) run on numba's. Two pools on the same cores compete (each spins after its
@@ -6,14 +6,19 @@ work), so with NumPy's BLAS the fused kernels stay serial. With the ``mkl`` pack
 (``pip install "refopt[mkl]"``, Linux x86-64), :func:`matmul` calls MKL's ``cblas_sgemm`` / ``cblas_dgemm``
 through ctypes with MKL's GNU OpenMP threading layer -- the libgomp pool that numba's ``omp`` threading layer
 also uses -- and the fused kernels run their parallel builds on it: one pool, as in torch. The attention's
-stacks of small products stay in NumPy (MKL's ``?gemm_batch`` measured no faster on them).
+stacks of small products go to ``cblas_?gemm_batch_strided``, which reads the heads where the qkv projection
+put them and spreads the batch over the same threads (MKL's pointer-array ``?gemm_batch`` ran them on one).
 
 Results. Each product is a BLAS GEMM either way (C = A B, alpha 1, beta 0), within the rounding bound
 |fl(AB) - AB| <= K u |A| |B| (tests/test_blas.py); MKL and OpenBLAS may round a product differently in the
 last bits, so a run records which one it used (:func:`describe`, in ``config.json``). MKL runs in its strict
 Conditional Numerical Reproducibility mode on its AVX2 / AVX-512 code branch, which MKL documents for
-``?gemm`` as the same bits from run to run and for any number of threads (tested on the GPT's step). The
-fused kernels' parallel builds give the bits of their serial builds (fixed-size row chunks, no atomics).
+``?gemm`` as the same bits from run to run and for any number of threads; MKL's list of such routines does
+not name ``?gemm_batch_strided`` (standard CNR: the same bits for a fixed thread count), so that is tested
+here instead: the GPT's step, attention included, gives the same bits on one thread and on two. A product
+may round differently by the route it takes (one GEMM, a batch, NumPy), which is fixed by the shapes and
+layouts, so it is the same from call to call. The fused kernels' parallel builds give the bits of their
+serial builds (fixed-size row chunks, no atomics).
 
 Choosing. ``REFOPT_GEMM`` in the environment: ``auto`` (default: MKL when it can be used, else NumPy),
 ``numpy``, or ``mkl`` (an error at the first product if MKL cannot be used). MKL is used only when all of
@@ -155,7 +160,7 @@ def _load() -> None:
     lib.mkl_get_version_string(buf, len(buf))
     words = buf.value.decode(errors="replace").split()
     version = "MKL " + (words[words.index("Version") + 1].removesuffix("-Product") if "Version" in words else "?")
-    for f in (lib.cblas_sgemm, lib.cblas_dgemm):
+    for f in (lib.cblas_sgemm, lib.cblas_dgemm, lib.cblas_sgemm_batch_strided, lib.cblas_dgemm_batch_strided):
         f.restype = None
     _State.info = (f"{version}; GNU OpenMP threads; strict CNR, {_MKL_CBWR_STRICT_BRANCHES[branch]} branch")
     _State.lib = lib
@@ -224,34 +229,88 @@ def _layout(shape, strides, item: int):
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``a @ b`` (``np.matmul(a, b, out=out)``) for ndarrays.
+    """``a @ b`` (``np.matmul(a, b, out=out)``) for ndarrays: one product or a stack of them.
 
-    Through MKL's ``cblas_sgemm`` / ``cblas_dgemm`` when :func:`backend` is ``'mkl'`` and: a (M, K) and
-    b (K, N) are 2-D ndarrays of one native float32 or float64 dtype, each with a unit stride on one axis (row-major or
-    transposed views, any leading dimension), ``out`` None or (M, N) of that dtype with row-major rows
-    (any leading dimension), writeable, not overlapping a or b, and no dimension 0. Anything else (stacks of
-    matrices, other dtypes or byte orders, ndarray subclasses, broadcasting, a read-only ``out``) goes to
-    ``np.matmul``, with its rules and errors. Returns ``out`` or a new
-    C-contiguous (M, N) array."""
-    lib = _mkl() if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2 else None
-    if (lib is None or a.dtype != b.dtype or a.dtype not in _DTYPES or a.shape[1] != b.shape[0] or 0 in a.shape
+    Through MKL when :func:`backend` is ``'mkl'`` and: a (..., M, K) and b (..., K, N) are ndarrays of one
+    native float32 or float64 dtype with the same leading axes (no broadcasting), each matrix with a unit
+    stride on one axis (row-major or transposed views, any leading dimension), ``out`` None or (..., M, N) of
+    that dtype with row-major rows (any leading dimension), writeable, not overlapping a or b, and no
+    dimension 0. One matrix goes to ``cblas_?gemm``; a stack to ``cblas_?gemm_batch_strided`` over its
+    longest qualifying leading axis (see :func:`_batch_axis`), one call per index of the other leading axes:
+    a stack of views into a packed array (the attention heads of q k^T, read from the qkv projection) needs
+    no copies, and MKL spreads the batch over its threads. Anything else (other dtypes or byte orders,
+    ndarray subclasses, broadcasting, a read-only ``out``) goes to ``np.matmul``, with its rules and errors;
+    there a stack's right operand that is a transposed view of a plain ndarray is first copied row-major (NumPy's batched product ran 1.5-2x slower on it: OpenBLAS 0.3.31, the GPT's 128
+    products of 64 x 32 x 64), the same products. Returns ``out`` or a new C-contiguous array."""
+    lib = (_mkl() if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == b.ndim >= 2
+           and a.shape[:-2] == b.shape[:-2] else None)
+    if (lib is None or a.dtype != b.dtype or a.dtype not in _DTYPES or a.shape[-1] != b.shape[-2] or 0 in a.shape
             or 0 in b.shape or max(a.shape + b.shape) >= _INT_MAX):
-        return np.matmul(a, b, out=out)
+        return _numpy_matmul(a, b, out)
     item = a.itemsize
-    M, K, N = a.shape[0], a.shape[1], b.shape[1]
-    la, lb = _layout(a.shape, a.strides, item), _layout(b.shape, b.strides, item)
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    la, lb = _layout(a.shape[-2:], a.strides[-2:], item), _layout(b.shape[-2:], b.strides[-2:], item)
     if out is None:
         lc = (_NO_TRANS, N)
     else:
-        lc = (type(out) is np.ndarray and out.shape == (M, N) and out.dtype == a.dtype and out.flags.writeable
-              and not np.may_share_memory(out, a) and not np.may_share_memory(out, b)
-              and _layout(out.shape, out.strides, item))
+        lc = (type(out) is np.ndarray and out.shape == a.shape[:-2] + (M, N) and out.dtype == a.dtype
+              and out.flags.writeable and not np.may_share_memory(out, a) and not np.may_share_memory(out, b)
+              and _layout(out.shape[-2:], out.strides[-2:], item))
     if la is None or lb is None or not lc or lc[0] != _NO_TRANS:
-        return np.matmul(a, b, out=out)
+        return _numpy_matmul(a, b, out)
     if out is None:
-        out = np.empty((M, N), a.dtype)
-    gemm, scalar = ((lib.cblas_sgemm, ctypes.c_float) if a.dtype.type is np.float32
-                    else (lib.cblas_dgemm, ctypes.c_double))
-    gemm(_ROW_MAJOR, la[0], lb[0], M, N, K, scalar(1.0), ctypes.c_void_p(a.ctypes.data), la[1],
-         ctypes.c_void_p(b.ctypes.data), lb[1], scalar(0.0), ctypes.c_void_p(out.ctypes.data), lc[1])
+        out = np.empty(a.shape[:-2] + (M, N), a.dtype)
+    if a.ndim > 2:
+        batched = _batch_axis(a, b, out, M, lc[1])
+        if batched is None:
+            return _numpy_matmul(a, b, out)
+    scalar = ctypes.c_float if a.dtype.type is np.float32 else ctypes.c_double
+    one, zero = scalar(1.0), scalar(0.0)
+    if a.ndim == 2:
+        gemm = lib.cblas_sgemm if a.dtype.type is np.float32 else lib.cblas_dgemm
+        gemm(_ROW_MAJOR, la[0], lb[0], M, N, K, one, ctypes.c_void_p(a.ctypes.data), la[1],
+             ctypes.c_void_p(b.ctypes.data), lb[1], zero, ctypes.c_void_p(out.ctypes.data), lc[1])
+        return out
+    batch = lib.cblas_sgemm_batch_strided if a.dtype.type is np.float32 else lib.cblas_dgemm_batch_strided
+    lead = a.shape[:-2]
+    axis, (sa, sb, sc) = batched
+    others = [k for k in range(len(lead)) if k != axis]
+    for idx in np.ndindex(*(lead[k] for k in others)):
+        pa, pb, pc = a.ctypes.data, b.ctypes.data, out.ctypes.data
+        for k, i in zip(others, idx):
+            pa, pb, pc = pa + i * a.strides[k], pb + i * b.strides[k], pc + i * out.strides[k]
+        batch(_ROW_MAJOR, la[0], lb[0], M, N, K, one, ctypes.c_void_p(pa), la[1], sa, ctypes.c_void_p(pb), lb[1],
+              sb, zero, ctypes.c_void_p(pc), lc[1], sc, lead[axis])
     return out
+
+
+def _batch_axis(a, b, out, M: int, ldc: int):
+    """(the leading axis a stack is batched over in one MKL call, the element strides of a, b and out along
+    it), or None for NumPy. Every leading axis of length > 1 needs non-negative strides in a, b and out (the
+    others' indices are walked in Python). The batch axis is the longest one along which a, b and out step
+    by whole elements (below 2^31) and consecutive output matrices are at least M ldc elements apart (MKL
+    checks that; on a violation it prints an error and returns without computing); an axis of length 1
+    always qualifies."""
+    item = a.itemsize
+    if any(s < 0 for x in (a, b, out) for s, n in zip(x.strides[:-2], x.shape[:-2]) if n > 1):
+        return None
+    best = None
+    for k in range(a.ndim - 2):
+        if a.shape[k] == 1:
+            steps = (0, 0, M * ldc)
+        elif all(x.strides[k] % item == 0 for x in (a, b, out)):
+            steps = tuple(x.strides[k] // item for x in (a, b, out))
+        else:
+            continue
+        if max(steps) < _INT_MAX and steps[2] >= M * ldc and (best is None or a.shape[k] > a.shape[best[0]]):
+            best = (k, steps)
+    return best
+
+
+def _numpy_matmul(a, b, out):
+    """``np.matmul(a, b, out=out)``; a stack's right operand that is a transposed view of a plain ndarray
+    copied row-major first (see :func:`matmul`; subclasses and broadcast views are passed as they are)."""
+    if (type(b) is np.ndarray and b.ndim > 2 and b.shape[-1] > 1
+            and b.strides[-1] > b.itemsize and b.strides[-2] == b.itemsize):
+        b = np.ascontiguousarray(b)
+    return np.matmul(a, b, out=out)

@@ -1,8 +1,12 @@
-"""refopt._blas: the autograd's 2-D products through MKL (when the ``mkl`` extra is installed) or NumPy.
+"""refopt._blas: the autograd's products and stacks of products through MKL (when the ``mkl`` extra is
+installed) or NumPy.
 
-Every layout the autograd passes (row-major, transposed views, column slices, a given ``out``) against the
+Every layout the autograd passes (row-major, transposed views, column slices, a given ``out``; stacks of
+attention heads read from a packed array and written through head-merging views) against the
 classical elementwise bound of a dot product in floating point, |fl(AB) - AB| <= K u |A||B| (u the unit
 roundoff), with AB from an exact rational oracle; a deliberately wrong transpose flag the bound catches;
+an output stride MKL's batched product refuses (it prints an error and computes nothing) avoided, and
+caught when not avoided;
 the fallbacks behave as ``np.matmul``; the GPT's gradients with MKL against NumPy's on every configuration
 (float64 within 1e-12, float32 within 1e-5 of the leaf's largest entry); MKL's products and the fused
 kernels give the same bits on one thread and on two; the choice through REFOPT_GEMM and ``use``."""
@@ -105,7 +109,9 @@ def test_a_wrong_transpose_flag_breaks_the_bound(monkeypatch):
 def test_everything_else_goes_to_numpy_with_its_errors(backend):
     rng = np.random.default_rng(2)
     a3, b2 = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))
-    np.testing.assert_array_equal(_blas.matmul(a3, b2), np.matmul(a3, b2))
+    np.testing.assert_array_equal(_blas.matmul(a3, b2), np.matmul(a3, b2))    # broadcasting
+    with pytest.raises(ValueError, match="broadcast"):                     # NumPy's error, from NumPy
+        _blas.matmul(a3, rng.standard_normal((3, 4, 5)))
     v = rng.standard_normal(4)
     np.testing.assert_array_equal(_blas.matmul(v, b2), v @ b2)
     ai, bi = np.arange(12).reshape(3, 4), np.arange(8).reshape(4, 2)
@@ -121,6 +127,73 @@ def test_everything_else_goes_to_numpy_with_its_errors(backend):
     expect = sq @ sq
     _blas.matmul(sq, sq.copy(), out=sq)                     # out is an input: NumPy handles the overlap
     np.testing.assert_array_equal(sq, expect)
+
+
+def stacks(rng, lead, M, K, dtype):
+    """(name, array of shape lead + (M, K)) in the storages attention and other stacks produce."""
+    base = rng.standard_normal(lead + (M, K)).astype(dtype)
+    packed = np.zeros(lead[:1] + (M, 3) + lead[1:] + (K,), dtype)     # heads of a packed (B, T, 3, H, hs)
+    packed[:, :, 1] = np.moveaxis(base, -2, 1)
+    wide = np.zeros(lead + (M, K + 4), dtype)
+    wide[..., 1:K + 1] = base
+    return [("C", base), ("transposed view", np.ascontiguousarray(np.swapaxes(base, -1, -2)).swapaxes(-1, -2)),
+            ("heads of a packed array", np.moveaxis(packed[:, :, 1], 1, -2)), ("column slice", wide[..., 1:K + 1]),
+            ("reversed batch (fallback)", base[::-1].copy()[::-1]),
+            ("broadcast batch", np.broadcast_to(base[:1], base.shape))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stacks_of_every_layout_within_the_rounding_bound(backend, dtype):
+    """Stacks (MKL: ?gemm_batch_strided over the longest leading axis, the others walked), each matrix of
+    the result against the exact oracle; the heads-merging ``out`` views attention writes through."""
+    rng = np.random.default_rng(5)
+    lead, M, K, N = (3, 2), 4, 5, 3
+    for (na, a), (nb, b) in [(x, y) for x in stacks(rng, lead, M, K, dtype) for y in stacks(rng, lead, K, N, dtype)]:
+        c = _blas.matmul(a, b)
+        assert c.shape == lead + (M, N) and c.dtype == dtype and c.flags.c_contiguous, (na, nb)
+        merged = np.full((lead[0], M, lead[1], N), np.nan, dtype)     # (B, T, H, hs) written as (B, H, T, hs)
+        assert _blas.matmul(a, b, out=merged.transpose(0, 2, 1, 3)) is not None
+        for i in np.ndindex(*lead):
+            ok, worst = within_bound(c[i], a[i], b[i])
+            assert ok, f"{backend} {np.dtype(dtype).name}: a {na}, b {nb}, matrix {i}: error {worst:.3g} u |A||B|"
+            np.testing.assert_array_equal(merged[i[0], :, i[1]], c[i])
+
+
+def _interleaved_out(M, N, lead):
+    """An ``out`` stack whose matrices interleave along its longest leading axis (row stride lead * N):
+    consecutive matrices are N elements apart, less than the M ldc MKL requires of one batch."""
+    buf = np.full((M, lead * N), np.nan)
+    return buf, buf.reshape(M, lead, N).transpose(1, 0, 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_a_stack_mkl_would_refuse_goes_elsewhere(backend, capfd):
+    """Interleaved output matrices along the batch axis: MKL's ?gemm_batch_strided rejects such a stride
+    (it prints an error and computes nothing), so the product takes another axis or NumPy: right values,
+    nothing printed."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 4, 2))
+    buf, out = _interleaved_out(3, 2, 5)
+    assert _blas.matmul(a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b, rtol=1e-14, atol=1e-14)
+    assert "MKL" not in "".join(capfd.readouterr())
+
+
+@needs_mkl
+def test_without_the_stride_check_mkl_computes_nothing(monkeypatch, capfd):
+    """Negative control for the check above: batched along the interleaved axis anyway, MKL refuses the
+    output stride, writes nothing and prints so; the result is wrong."""
+    def anyway(a, b, out, M, ldc):
+        return 0, tuple(x.strides[0] // x.itemsize for x in (a, b, out))
+
+    monkeypatch.setattr(_blas, "_batch_axis", anyway)
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 4, 2))
+    buf, out = _interleaved_out(3, 2, 5)
+    _blas.matmul(a, b, out=out)
+    assert np.isnan(out).all()
+    assert "Parameter 17 was incorrect" in "".join(capfd.readouterr())
 
 
 def _gpt_grads(cfg, dtype):
@@ -257,6 +330,9 @@ def test_inputs_mkl_must_not_take_go_to_numpy(backend):
         pass
 
     assert type(_blas.matmul(a.view(Sub), b)) is Sub
+    rng = np.random.default_rng(7)                           # a stack's transposed right operand: not copied
+    a3, bt = rng.standard_normal((4, 3, 5)), rng.standard_normal((4, 2, 5)).swapaxes(-1, -2)
+    assert type(_blas.matmul(a3, bt.view(Sub))) is Sub       # (the copy NumPy's path makes would drop the type)
 
 
 def test_use_takes_the_names_as_the_environment_does():

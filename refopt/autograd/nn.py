@@ -17,8 +17,9 @@ from .. import _blas
 from . import _kernels
 from .core import Node
 
-#: the 2-D products (MKL on the fused kernels' OpenMP threads when installed, else NumPy's BLAS); the
-#: attention's stacks of small products stay in NumPy (one thread each; MKL's ?gemm_batch was no faster)
+#: the products (MKL on the fused kernels' OpenMP threads when installed, else NumPy's BLAS); the attention's
+#: stacks of small products too (MKL's strided batches over the batch axis, one call per head, reading the
+#: heads in place)
 _gemm = _blas.matmul
 
 
@@ -304,14 +305,6 @@ def residual_linear(x, h, w):
     return Node(out, (x, h, w), vjp)
 
 
-def _right(a: np.ndarray) -> np.ndarray:
-    """a^T over the last two axes as a C-contiguous copy, the right operand of a batch of tiny products:
-    numpy's batched matmul with a transposed (strided) right operand ran 1.5-2x slower than with a
-    contiguous one on the GPT's 128 products of 64 x 32 x 64 (OpenBLAS 0.3.31: dO v^T 1.05 ms against
-    0.57 ms with the copy), so the copy more than pays; the products are the same."""
-    return np.ascontiguousarray(a.swapaxes(-1, -2))
-
-
 def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = False, eps: float = 1e-6):
     """Causal multi-head self-attention of a packed projection qkv = h [W_q | W_k | W_v], one primitive:
 
@@ -320,9 +313,10 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
         S = q k^T / sqrt(hs),  P = softmax over keys j <= i (P_ij = 0 for j > i, a selection),  o = P v
         out = o with the heads merged back                                     (B, T, C)
 
-    q, k, v are strided views of qkv (no copies); the batched products run in BLAS, the causal softmax
-    and its VJP in a numba kernel parallel over (batch, head); the output and the cotangent of qkv are
-    written in place through head-merging views. Equal to :func:`attention` composed with
+    q, k, v are strided views of qkv; the batched products run in BLAS (:func:`refopt._blas.matmul`: with
+    MKL, strided batches that read the heads and write the output and the cotangent of qkv in place, spread
+    over its threads; with NumPy, a transposed right operand is copied first), the causal softmax and its VJP
+    in a numba kernel parallel over (batch, head). Equal to :func:`attention` composed with
     :func:`rms_norm` (tests/test_fused.py). VJP as in those two.
     Shapes: qkv (B, T, 3C), gains (hs,) or None. dtype of qkv throughout (float32 stays float32).
     Raises ValueError if 3C is not divisible into n_head heads, for a gain of the wrong shape, or eps < 0.
@@ -355,9 +349,9 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
         qn, kn = z5[:, :, 0], z5[:, :, 1]
     q, k, v = heads(qn), heads(kn), heads(z5[:, :, 2])
     scale = 1 / np.sqrt(hs)
-    P = _kernels.causal_softmax_par_(q @ _right(k), scale)                   # (B, H, T, T), fresh
+    P = _kernels.causal_softmax_par_(_blas.matmul(q, k.swapaxes(-1, -2)), scale)   # (B, H, T, T), fresh
     y = np.empty((B, T, H, hs), dt)
-    np.matmul(P, v, out=heads(y))
+    _blas.matmul(P, v, out=heads(y))
     y = y.reshape(B, T, C)
     traced = [isinstance(a, Node) for a in (qkv, q_gain, k_gain)]
     if not any(traced):
@@ -366,18 +360,18 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
     def vjp(g):
         dO = heads(np.ascontiguousarray(g, dtype=dt).reshape(B, T, H, hs))
         dz = np.empty((B, T, 3, H, hs), dt)
-        np.matmul(P.swapaxes(-1, -2), dO, out=heads(dz[:, :, 2]))            # dv = P^T dO
-        dS = _kernels.causal_softmax_vjp_par_(P, dO @ _right(v), scale)       # scale P (dP - <dP, P>)
+        _blas.matmul(P.swapaxes(-1, -2), dO, out=heads(dz[:, :, 2]))         # dv = P^T dO
+        dS = _kernels.causal_softmax_vjp_par_(P, _blas.matmul(dO, v.swapaxes(-1, -2)), scale)  # scale P (dP - <dP, P>)
         dgq = dgk = None
         if qk_norm:
             dqn, dkn = np.empty((B, T, H, hs), dt), np.empty((B, T, H, hs), dt)
-            np.matmul(dS, k, out=heads(dqn))
-            np.matmul(dS.swapaxes(-1, -2), q, out=heads(dkn))
+            _blas.matmul(dS, k, out=heads(dqn))
+            _blas.matmul(dS.swapaxes(-1, -2), q, out=heads(dkn))
             dz[:, :, 0], dgq = _kernels.rms_norm_fused_vjp(dqn, gains[0], qhat, rq, traced[1])
             dz[:, :, 1], dgk = _kernels.rms_norm_fused_vjp(dkn, gains[1], khat, rk, traced[2])
         else:
-            np.matmul(dS, k, out=heads(dz[:, :, 0]))                          # dq = dS k
-            np.matmul(dS.swapaxes(-1, -2), q, out=heads(dz[:, :, 1]))         # dk = dS^T q
+            _blas.matmul(dS, k, out=heads(dz[:, :, 0]))                       # dq = dS k
+            _blas.matmul(dS.swapaxes(-1, -2), q, out=heads(dz[:, :, 1]))      # dk = dS^T q
         return (dz.reshape(zv.shape) if traced[0] else None), dgq, dgk
 
     return Node(y, (qkv, q_gain, k_gain), vjp)
