@@ -240,8 +240,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     a stack of views into a packed array (the attention heads of q k^T, read from the qkv projection) needs
     no copies, and MKL spreads the batch over its threads. Anything else (other dtypes or byte orders,
     ndarray subclasses, broadcasting, a read-only ``out``) goes to ``np.matmul``, with its rules and errors;
-    there a stack's right operand that is a transposed view of a plain ndarray is first copied row-major (NumPy's batched product ran 1.5-2x slower on it: OpenBLAS 0.3.31, the GPT's 128
-    products of 64 x 32 x 64), the same products. Returns ``out`` or a new C-contiguous array."""
+    there a stack's right operand that is a transposed view of a plain ndarray is first copied row-major
+    (NumPy's batched product ran 1.5-2x slower on it: OpenBLAS 0.3.31, the GPT's 128 products of
+    64 x 32 x 64), the same products. Returns ``out`` or a new C-contiguous array."""
     lib = (_mkl() if type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == b.ndim >= 2
            and a.shape[:-2] == b.shape[:-2] else None)
     if (lib is None or a.dtype != b.dtype or a.dtype not in _DTYPES or a.shape[-1] != b.shape[-2] or 0 in a.shape
