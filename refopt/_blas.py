@@ -261,10 +261,6 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
         return _numpy_matmul(a, b, out)
     if out is None:
         out = np.empty(a.shape[:-2] + (M, N), a.dtype)
-    if a.ndim > 2:
-        batched = _batch_axis(a, b, out, M, lc[1])
-        if batched is None:
-            return _numpy_matmul(a, b, out)
     scalar = ctypes.c_float if a.dtype.type is np.float32 else ctypes.c_double
     one, zero = scalar(1.0), scalar(0.0)
     if a.ndim == 2:
@@ -272,6 +268,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
         gemm(_ROW_MAJOR, la[0], lb[0], M, N, K, one, ctypes.c_void_p(a.ctypes.data), la[1],
              ctypes.c_void_p(b.ctypes.data), lb[1], zero, ctypes.c_void_p(out.ctypes.data), lc[1])
         return out
+    batched = _batch_axis(a, b, out, M, lc[1])
+    if batched is None:
+        return _numpy_matmul(a, b, out)
     batch = lib.cblas_sgemm_batch_strided if a.dtype.type is np.float32 else lib.cblas_dgemm_batch_strided
     lead = a.shape[:-2]
     axis, (sa, sb, sc) = batched

@@ -153,7 +153,8 @@ def test_stacks_of_every_layout_within_the_rounding_bound(backend, dtype):
         c = _blas.matmul(a, b)
         assert c.shape == lead + (M, N) and c.dtype == dtype and c.flags.c_contiguous, (na, nb)
         merged = np.full((lead[0], M, lead[1], N), np.nan, dtype)     # (B, T, H, hs) written as (B, H, T, hs)
-        assert _blas.matmul(a, b, out=merged.transpose(0, 2, 1, 3)) is not None
+        view = merged.transpose(0, 2, 1, 3)
+        assert _blas.matmul(a, b, out=view) is view
         for i in np.ndindex(*lead):
             ok, worst = within_bound(c[i], a[i], b[i])
             assert ok, f"{backend} {np.dtype(dtype).name}: a {na}, b {nb}, matrix {i}: error {worst:.3g} u |A||B|"

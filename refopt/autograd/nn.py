@@ -349,9 +349,9 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
         qn, kn = z5[:, :, 0], z5[:, :, 1]
     q, k, v = heads(qn), heads(kn), heads(z5[:, :, 2])
     scale = 1 / np.sqrt(hs)
-    P = _kernels.causal_softmax_par_(_blas.matmul(q, k.swapaxes(-1, -2)), scale)   # (B, H, T, T), fresh
+    P = _kernels.causal_softmax_par_(_gemm(q, k.swapaxes(-1, -2)), scale)   # (B, H, T, T), fresh
     y = np.empty((B, T, H, hs), dt)
-    _blas.matmul(P, v, out=heads(y))
+    _gemm(P, v, out=heads(y))
     y = y.reshape(B, T, C)
     traced = [isinstance(a, Node) for a in (qkv, q_gain, k_gain)]
     if not any(traced):
@@ -360,18 +360,18 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
     def vjp(g):
         dO = heads(np.ascontiguousarray(g, dtype=dt).reshape(B, T, H, hs))
         dz = np.empty((B, T, 3, H, hs), dt)
-        _blas.matmul(P.swapaxes(-1, -2), dO, out=heads(dz[:, :, 2]))         # dv = P^T dO
-        dS = _kernels.causal_softmax_vjp_par_(P, _blas.matmul(dO, v.swapaxes(-1, -2)), scale)  # scale P (dP - <dP, P>)
+        _gemm(P.swapaxes(-1, -2), dO, out=heads(dz[:, :, 2]))         # dv = P^T dO
+        dS = _kernels.causal_softmax_vjp_par_(P, _gemm(dO, v.swapaxes(-1, -2)), scale)  # scale P (dP - <dP, P>)
         dgq = dgk = None
         if qk_norm:
             dqn, dkn = np.empty((B, T, H, hs), dt), np.empty((B, T, H, hs), dt)
-            _blas.matmul(dS, k, out=heads(dqn))
-            _blas.matmul(dS.swapaxes(-1, -2), q, out=heads(dkn))
+            _gemm(dS, k, out=heads(dqn))
+            _gemm(dS.swapaxes(-1, -2), q, out=heads(dkn))
             dz[:, :, 0], dgq = _kernels.rms_norm_fused_vjp(dqn, gains[0], qhat, rq, traced[1])
             dz[:, :, 1], dgk = _kernels.rms_norm_fused_vjp(dkn, gains[1], khat, rk, traced[2])
         else:
-            _blas.matmul(dS, k, out=heads(dz[:, :, 0]))                       # dq = dS k
-            _blas.matmul(dS.swapaxes(-1, -2), q, out=heads(dz[:, :, 1]))      # dk = dS^T q
+            _gemm(dS, k, out=heads(dz[:, :, 0]))                       # dq = dS k
+            _gemm(dS.swapaxes(-1, -2), q, out=heads(dz[:, :, 1]))      # dk = dS^T q
         return (dz.reshape(zv.shape) if traced[0] else None), dgq, dgk
 
     return Node(y, (qkv, q_gain, k_gain), vjp)
