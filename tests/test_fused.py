@@ -284,3 +284,19 @@ def test_errors():
         ag.residual_linear(np.zeros((2, 5), np.float32), np.zeros((2, 4)), np.zeros((4, 5)))
     with pytest.raises(ValueError, match="linear_concat"):
         ag.linear_concat(np.zeros((2, 4)), [np.zeros((4, 2)), np.zeros((3, 2))])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_neg_gate_is_numpy_negative_bitwise(dtype):
+    """SwiGLU's -a (the input of NumPy's exp) from the serial and the parallel build: the bits of
+    ``np.negative`` on the gate half of z, signed zeros, infinities and NaNs (sign flipped) included; the
+    up half is not read into it (negative control: a kernel reading the wrong half is caught)."""
+    r = np.random.default_rng(9)
+    z = r.standard_normal((37, 10)).astype(dtype)
+    z[0, :5] = [0.0, -0.0, np.inf, -np.inf, np.nan]
+    want = np.negative(z[:, :5])
+    for build in (_kernels._neg_gate.serial, _kernels._neg_gate.parallel):
+        out = np.empty((37, 5), dtype)
+        build(z, out)
+        assert out.tobytes() == want.tobytes()
+    assert np.negative(z[:, 5:]).tobytes() != want.tobytes()

@@ -345,3 +345,28 @@ def test_newton_schulz_many_equals_the_loop_and_the_oracle():
     with threadpool_limits(limits=2, user_api="blas"):
         pooled = newton_schulz_many(Gs, rows)
     assert all(np.array_equal(a, b) for a, b in zip(loop, pooled))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_quintic_factor_rounds_as_the_three_numpy_passes(dtype):
+    """P <- c P + b A + a I in one numba pass: bitwise the NumPy passes it replaced (P *= c; T = A * b;
+    P += T; diagonal += a), so msign's bits did not change. Negative control: the same polynomial rounded
+    otherwise (c (P + (b / c) A) + a I) differs in some entries, so the comparison sees a reordering."""
+    from refopt.linalg._msign import _quintic_factor_
+
+    rng = np.random.default_rng(11)
+    d = np.dtype(dtype).type
+    X = rng.standard_normal((37, 53)).astype(dtype)
+    A = X @ X.T
+    P0 = A @ A
+    caught = 0
+    for a, b, c in ns_coefficients("polar_express", 8) + ((3.4445, -4.7750, 2.0315),):
+        want = P0 * d(c)
+        want += A * d(b)
+        want[np.diag_indices(37)] += d(a)
+        got = P0.copy()
+        _quintic_factor_(got, A, d(a), d(b), d(c))
+        assert got.dtype == dtype and np.array_equal(got, want)
+        wrong = d(c) * (P0 + d(b / c) * A) + d(a) * np.eye(37, dtype=dtype)
+        caught += not np.array_equal(wrong, want)
+    assert caught == 9

@@ -364,6 +364,14 @@ def causal_softmax_vjp_par_(P: np.ndarray, dP: np.ndarray, scale: float) -> np.n
 
 # ---- feed-forward activations, row-parallel ----------------------------------------------------------
 @_fused
+def _neg_gate(z, out):  # out (N, F) = -a of z (N, 2F) = [a | u]: the input of SwiGLU's exp(-a), in parallel
+    N, F = out.shape
+    for i in prange(N):
+        for j in range(F):
+            out[i, j] = -z[i, j]
+
+
+@_fused
 def _swiglu_fwd(z, h, sig, one):
     # z (N, 2F) = [a | u] -> h = a sigma(a) u (N, F); on entry sig holds exp(-a) (NumPy's SIMD exp, ~10x
     # numba's scalar one), on exit sigma(a) = 1 / (1 + exp(-a)) (exp(-a) = inf gives 0, never NaN)
