@@ -289,8 +289,8 @@ def test_errors():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_neg_gate_is_numpy_negative_bitwise(dtype):
     """SwiGLU's -a (the input of NumPy's exp) from the serial and the parallel build: the bits of
-    ``np.negative`` on the gate half of z, signed zeros, infinities and NaNs (sign flipped) included; the
-    up half is not read into it (negative control: a kernel reading the wrong half is caught)."""
+    ``np.negative`` on the gate half of z, signed zeros, infinities and NaNs (sign flipped) included.
+    Negative control: the up half's negation differs, so a kernel reading the wrong half would fail."""
     r = np.random.default_rng(9)
     z = r.standard_normal((37, 10)).astype(dtype)
     z[0, :5] = [0.0, -0.0, np.inf, -np.inf, np.nan]
