@@ -6,7 +6,8 @@ RMSNorm with gains, float32), same initial weights (refopt's ``gpt.init``, copie
 ``default_rng([seed, s])``), same number of steps, warmup and cosine schedule, same validation batches
 every ``--eval-interval`` steps and at the end, and the same 300 sampled characters at the end. The
 optimizer differs on purpose: AdamW on every array (lr 3e-3, weight decay 0.01, torch's defaults
-otherwise), the comparison the issue asks for (refopt's default is Muon + AdamW).
+otherwise), the comparison the issue asks for (refopt's default is Muon + AdamW). ``refopt train
+--optimizer adamw`` runs the same optimizer in refopt, for a comparison of the libraries alone.
 
 Usage (torch must be installed: ``pip install torch==2.13.0``)::
 
