@@ -11,7 +11,12 @@ otherwise), the comparison the issue asks for (refopt's default is Muon + AdamW)
 
 Usage (torch must be installed: ``pip install torch==2.13.0``)::
 
-    PYTHONPATH=. python benchmarks/train_gpt_torch.py [--threads 2] [--steps N] [--lr 3e-3]
+    PYTHONPATH=. python benchmarks/train_gpt_torch.py [--threads 2] [--steps N] [--lr 3e-3] [MODEL OPTIONS]
+
+MODEL OPTIONS are ``refopt train``'s, passed on to it (``--n-embd 256 --n-layer 6``, ``--batch-size``,
+``--eval-interval``, ...; an unknown one exits with ``refopt train``'s usage error); the feed-forward,
+head and QK-norm must stay at their defaults (SwiGLU, tied, none), which this twin implements, and
+``--model``, ``--optimizer``, ``--resume`` and ``--diagnostics`` are refused.
 
 Prints the validation losses, the final one, and the wall time of the run (training, evaluations and
 sampling; imports and data loading excluded, as in ``refopt train``'s "N steps in S s" line, which
@@ -33,7 +38,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--malloc", default="keep", choices=["keep", "default"],
                     help="keep: reuse freed heap pages, as refopt train does; default: glibc's settings")
-    a = ap.parse_args()
+    a, model_options = ap.parse_known_args()
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(a.threads)
 
@@ -52,10 +57,17 @@ def main():
     p = argparse.ArgumentParser()
     train.add_arguments(p)
     args = p.parse_args(["--optimizer", "adamw", "--seed", str(a.seed)]
-                        + ([] if a.steps is None else ["--steps", str(a.steps)]))
-    task, _, _, steps = train.prepare(args)
+                        + ([] if a.steps is None else ["--steps", str(a.steps)]) + model_options)
+    if args.model != "gpt" or args.optimizer != "adamw" or args.resume or args.diagnostics:
+        raise SystemExit("train_gpt_torch.py: the twin trains the GPT with torch's AdamW from its init "
+                         "(no --model, --optimizer, --resume or --diagnostics)")
+    try:
+        task, _, _, steps = train.prepare(args)
+    except ValueError as e:   # an impossible option value, worded as refopt train words it
+        raise SystemExit(f"train_gpt_torch.py: {e}") from None
     cfg = task.config
-    assert cfg.ffn == "swiglu" and cfg.tie_head and not cfg.qk_norm, "the torch twin covers the default config"
+    if cfg.ffn != "swiglu" or not cfg.tie_head or cfg.qk_norm:
+        raise SystemExit("train_gpt_torch.py: this twin covers --ffn swiglu with a tied head and no --qk-norm only")
     schedule = args.schedule_fn
     H, hs, eps = cfg.n_head, cfg.head_size, cfg.norm_eps
 
