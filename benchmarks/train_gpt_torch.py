@@ -73,7 +73,7 @@ def main():
 
         keep_freed_memory()
     train_parser = argparse.ArgumentParser(prog="train_gpt_torch.py",
-                                        usage="%(prog)s [--threads N] [--malloc M] [refopt train options]")
+                                           usage="%(prog)s [--threads N] [--malloc M] [refopt train options]")
     train.add_arguments(train_parser)
     args = train_parser.parse_args(["--optimizer", "adamw"] + train_options)
     args.explicit_options = explicit_options(["train"] + train_options)   # checked as refopt train checks them
