@@ -133,14 +133,15 @@ def main():
         x, y = task.batch(args.seed, step)
         opt.zero_grad(set_to_none=True)
         loss = loss_of(torch.from_numpy(x), torch.from_numpy(y))
-        if not math.isfinite(float(loss.detach())):   # as refopt train stops
-            _error(f"the training loss became {float(loss.detach())} at step {step}; lower --lr")
+        batch_loss = float(loss.detach())
+        if not math.isfinite(batch_loss):   # as refopt train stops
+            _error(f"the training loss became {batch_loss} at step {step}; lower --lr")
         loss.backward()
         opt.step()
         sched.step()
         if step % args.eval_interval == 0 or step == steps:
             final = val_loss()
-            print(f"step {step}: batch loss {float(loss.detach()):.4f}, val_loss {final:.4f}")
+            print(f"step {step}: batch loss {batch_loss:.4f}, val_loss {final:.4f}")
     gen = torch.Generator().manual_seed(args.seed)
     out = torch.from_numpy(task.vocab.encode(task.corpus.text[:1])[None, :].astype(np.int64))
     with torch.no_grad():
