@@ -129,7 +129,7 @@ def init(config: GPTConfig, seed: int = 0, dtype=np.float32) -> dict:
     * wte, wpe ~ N(0, init_std^2) in both schemes.
     * init='normal' (GPT-2 / nanoGPT): every matrix ~ N(0, init_std^2), except the residual output
       projections W_o and W_down ~ N(0, init_std^2 / (2 n_layer)); lm_head ~ N(0, init_std^2).
-    * init='mup' (seed 003): every matrix of shape (d_in, d_out), lm_head included, has
+    * init='mup' (post 003): every matrix of shape (d_in, d_out), lm_head included, has
       sigma = sqrt(d_out/d_in) / (sqrt(d_in) + sqrt(d_out)), so that x -> x W keeps an RMS-1 input at
       RMS Theta(1) (the spectral norm of a Gaussian d_in x d_out matrix is about sqrt(d_in) + sqrt(d_out)).
     * zero_init_out_proj: W_o and W_down are 0 (after the draws, so other leaves do not change).

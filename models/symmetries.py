@@ -1,4 +1,4 @@
-"""Joint parameter symmetries of the pre-norm GPT (seed 000, "From parameter symmetry to effective
+"""Joint parameter symmetries of the pre-norm GPT (post 000, "From parameter symmetry to effective
 learning rate"): rescalings of weights by c > 0 that leave the logits, hence the loss, unchanged.
 
 A symmetry multiplies its ``up`` members by c and divides its ``down`` members by c:
@@ -24,7 +24,7 @@ ones, n_embd for the norm gains. Exceptions: with QK-norm, ``qk``, ``q_scale`` a
 only per head (per-channel scaling changes each head's RMS), and ``q_scale`` / ``k_scale`` are exact
 only with ``norm_eps = 0`` (with eps > 0 they hold up to O(eps / mean(q^2))).
 
-Differentiating at c = 1 gives the gradient identity (seed 000)
+Differentiating at c = 1 gives the gradient identity (post 000)
     sum_{w in up} <w, dL/dw>  -  sum_{w in down} <w, dL/dw>  =  0,
 which :func:`gradient_identity` evaluates. Functions here never modify their inputs.
 """

@@ -17,7 +17,7 @@ from refopt.core import OptState, Rule, direction, eval_params, init, update, up
 from refopt.linalg import msign
 from refopt.rules import (EMA, SGD, Adam, AdamW, Average, ClipByGlobalNorm, Covariant, Hyperball, Lion, Muon,
                           Partition, RefoptWarning, ScheduleFreeAdamW, ScheduleFreeSGD, matrix_labels)
-from refopt.rules.lr_table import LRTable  # (seed 002: a recorded lr per array and step)
+from refopt.rules.lr_table import LRTable  # (post 002: a recorded lr per array and step)
 
 __version__ = "0.1.0"
 

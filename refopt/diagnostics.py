@@ -52,13 +52,13 @@ def _unit(a) -> np.ndarray:
 
 
 def rms(a) -> float:
-    """||a||_RMS = ||a||_F / sqrt(size) (0.0 for an empty array). Seed 000's update and weight RMS."""
+    """||a||_RMS = ||a||_F / sqrt(size) (0.0 for an empty array). Post 000's update and weight RMS."""
     a = _f64(a)
     return _norm(a) / math.sqrt(a.size) if a.size else 0.0
 
 
 def elr(w, u, lr: float) -> float:
-    """Effective learning rate (relative update size), seed 000:  ELR = lr * ||u||_F / ||w||_F.
+    """Effective learning rate (relative update size), post 000:  ELR = lr * ||u||_F / ||w||_F.
 
     w: the weights before the step; u: the update direction (w_next = w - lr*u); lr >= 0 a float.
     Returns 0.0 when lr*||u|| = 0 or ||w|| = 0 (see the module docstring). Raises ValueError for lr < 0
@@ -72,7 +72,7 @@ def elr(w, u, lr: float) -> float:
 
 
 def eta_eff(w, lr: float) -> float:
-    """Seed 002's effective learning rate of Muon: eta_eff = lr / ||w||_F (no ||u|| factor: Muon's update
+    """Post 002's effective learning rate of Muon: eta_eff = lr / ||w||_F (no ||u|| factor: Muon's update
     norm is fixed by the shape). 0.0 for ||w|| = 0."""
     if not lr >= 0:
         raise ValueError(f"lr must be >= 0, got {lr!r}")
@@ -81,7 +81,7 @@ def eta_eff(w, lr: float) -> float:
 
 
 def aus(w_prev, w_next) -> float:
-    """Angular update size, seed 000:  AUS = || w_next/||w_next|| - w_prev/||w_prev|| ||_F,
+    """Angular update size, post 000:  AUS = || w_next/||w_next|| - w_prev/||w_prev|| ||_F,
 
     the chord between the directions before and after the step (2 sin(theta/2) for the angle theta
     turned). Range [0, 2]; N(0) = 0, so 0 when both are zero and 1 when exactly one is."""
@@ -91,7 +91,7 @@ def aus(w_prev, w_next) -> float:
 
 
 def aus_first_order(w, u, lr: float, tangent: bool = True) -> float:
-    """First-order AUS of the step w -> w - lr*u, seed 000:
+    """First-order AUS of the step w -> w - lr*u, post 000:
 
         tangent=True:   lr * || u - w~ <w~, u> ||_F / ||w||_F     (w~ = w/||w||; the part of u along w
                                                                    does not turn w)
@@ -119,7 +119,7 @@ def _matrix(W) -> np.ndarray:
 
 
 def rms_operator_norm(W) -> float:
-    """||W||_{RMS->RMS} = sqrt(fan_in/fan_out) * ||W||_2 (seeds 001 and 003), for the layout x @ W with W
+    """||W||_{RMS->RMS} = sqrt(fan_in/fan_out) * ||W||_2 (posts 001 and 003), for the layout x @ W with W
     (fan_in, fan_out): the largest ||x W||_RMS over inputs with ||x||_RMS = 1. ||W||_2 is the largest
     singular value (LAPACK SVD, float64). 0.0 for an empty matrix. Raises ValueError for ndim < 2."""
     M = _matrix(W)
@@ -129,7 +129,7 @@ def rms_operator_norm(W) -> float:
 
 
 class Stability(NamedTuple):
-    """Seed 003's three stability metrics (each should be Theta(1)): ``forward`` max_x ||f(x)||_RMS,
+    """Post 003's three stability metrics (each should be Theta(1)): ``forward`` max_x ||f(x)||_RMS,
     ``dependency`` max_{x1,x2} ||f(x1) - f(x2)||_RMS, ``update`` max_x ||f(x; w + dw) - f(x; w)||_RMS."""
 
     forward: float
@@ -138,7 +138,7 @@ class Stability(NamedTuple):
 
 
 def linear_stability(W, dW=None) -> Stability:
-    """The three metrics of seed 003 in closed form for a linear layer f(x; W) = x W with an input norm
+    """The three metrics of post 003 in closed form for a linear layer f(x; W) = x W with an input norm
     (||x||_RMS = 1), W of shape (d_in, d_out):
 
         forward = sqrt(d_in/d_out) ||W||_2,  dependency = 2 sqrt(d_in/d_out) ||W||_2,
@@ -158,7 +158,7 @@ def _rows(y) -> np.ndarray:
 
 
 def empirical_stability(f: Callable[[Any, np.ndarray], np.ndarray], params, x, dparams=None) -> Stability:
-    """Seed 003's three metrics measured for any function f(params, x) (a layer, a block, a model) over a
+    """Post 003's three metrics measured for any function f(params, x) (a layer, a block, a model) over a
     batch of inputs x (N, ...): f must return one output row per input, shape (N, ...).
 
         forward    = max_i ||f(x_i)||_RMS
@@ -186,7 +186,7 @@ def empirical_stability(f: Callable[[Any, np.ndarray], np.ndarray], params, x, d
 
 def coordinate_check(widths, init: Callable[[int], Any], rule: Callable[[int], Any], loss: Callable,
                      features: Callable[[Any, np.ndarray], dict], batches, x_probe) -> dict:
-    """A muP coordinate check (seed 001; Yang et al. 2021): train for k = len(batches) steps at each width
+    """A muP coordinate check (post 001; Yang et al. 2021): train for k = len(batches) steps at each width
     and record, per layer, the RMS of the activations and of their change, and the RMS of each weight's
     change, on a fixed probe batch.
 

@@ -1,7 +1,7 @@
-"""muP learning rates per layer type (seed 001, "muP derivation for z = Wx"), as a refopt Partition.
+"""muP learning rates per layer type (post 001, "muP derivation for z = Wx"), as a refopt Partition.
 
 For a network whose hidden width n grows, with a base width n0 at which lr was tuned (ratio m = n/n0),
-seed 001 derives the learning rate of each layer type so that every layer's output changes by Theta(1)
+post 001 derives the learning rate of each layer type so that every layer's output changes by Theta(1)
 per step:
 
     layer type                       SGD            Adam
@@ -11,7 +11,7 @@ per step:
 
 Vectors (biases, gains: a fixed fan-in of 1) scale like the first layer. At n = n0 every group gets lr,
 so the parametrization only changes how the rates move with width. Initialisation is separate (seed
-001: hidden sigma^2 = Theta(1/n), last layer O(1/n^2); seed 003: sigma = sqrt(d_out/d_in)/(sqrt(d_in) +
+001: hidden sigma^2 = Theta(1/n), last layer O(1/n^2); post 003: sigma = sqrt(d_out/d_in)/(sqrt(d_in) +
 sqrt(d_out))); see :func:`mup_sigma`.
 """
 from __future__ import annotations
@@ -62,7 +62,7 @@ def mup_lrs(lr: float, width: int, base_width: int, optimizer: str = "adam") -> 
 
 def mup_partition(params: Any, lr: float, width: int, base_width: int, optimizer: str = "adam",
                   **hyper) -> Partition:
-    """A :class:`~refopt.rules.partition.Partition` with seed 001's muP learning rate per layer type
+    """A :class:`~refopt.rules.partition.Partition` with post 001's muP learning rate per layer type
     (:func:`mup_lrs`, labels from :func:`layer_types`). optimizer: 'sgd' (refopt.SGD), 'adam'
     (refopt.Adam) or 'adamw' (refopt.AdamW; its weight_decay keeps torch's lr coupling unless
     ``wd_mode='independent'``); ``hyper`` goes to every group's rule (momentum, betas, schedule, ...)."""
@@ -73,7 +73,7 @@ def mup_partition(params: Any, lr: float, width: int, base_width: int, optimizer
 
 
 def mup_sigma(d_in: int, d_out: int) -> float:
-    """Seed 003's init standard deviation sigma = sqrt(d_out/d_in) / (sqrt(d_in) + sqrt(d_out)): a
+    """Post 003's init standard deviation sigma = sqrt(d_out/d_in) / (sqrt(d_in) + sqrt(d_out)): a
     standard normal d_in x d_out matrix has ||W||_2 about sqrt(d_in) + sqrt(d_out), so sigma*W has
     RMS->RMS operator norm about 1."""
     if min(d_in, d_out) < 1:

@@ -29,7 +29,7 @@ Worked examples (B17): ``warmup_cosine(4, 10, floor=0.1)`` gives
 [0.5, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0].
 
 Building blocks (each counts its own steps from 1): :class:`Constant`, :class:`LinearWarmup`,
-:class:`LinearDecay`, :class:`CosineDecay`, :class:`ELR` (seed 000), combined by :class:`Join` (phases one
+:class:`LinearDecay`, :class:`CosineDecay`, :class:`ELR` (post 000), combined by :class:`Join` (phases one
 after another) and :class:`Product` (pointwise product). Ready-made: :class:`WSD` and :func:`warmup_cosine`.
 Constructors validate their fields and raise ``ValueError`` naming the field.
 """
@@ -157,16 +157,16 @@ class CosineDecay(Schedule):
 
 @dataclass(frozen=True)
 class ELR(Schedule):
-    r"""The effective-learning-rate curve of AdamW under linear lr decay (seed 000, "ELR schedule")::
+    r"""The effective-learning-rate curve of AdamW under linear lr decay (post 000, "ELR schedule")::
 
         gamma_t = (1 - t/T) * sqrt((1 - c0) / (1 - c0 * exp(-c1 * t)))       for 1 <= t <= T, then 0
 
-    Seed 000 derives ELR_t = eta_t ||u_t||_RMS / ||w_t||_RMS proportional to (1 - t/T)/sqrt(1 - c0 e^{-c1 t})
+    Post 000 derives ELR_t = eta_t ||u_t||_RMS / ||w_t||_RMS proportional to (1 - t/T)/sqrt(1 - c0 e^{-c1 t})
     for AdamW with eta_t = eta0 (1 - t/T) and decoupled decay lambda; the factor sqrt(1 - c0) normalises
     the curve to 1 at the virtual step t = 0 (the start of the linear decay), so gamma_T = 0 exactly and,
     for c0 > 0 (small init), gamma_t < 1 - t/T: a high start, a fast early drop, then nearly linear. For
     c0 < 0 (large init) the curve lies above 1 - t/T and may exceed 1 early on. Use it as the schedule of
-    a rule whose ``lr`` *is* the effective learning rate (the covariant rule of seed 000, eq. (elr-u), or
+    a rule whose ``lr`` *is* the effective learning rate (the covariant rule of post 000, eq. (elr-u), or
     Hyperball) to follow AdamW's implied ELR trajectory.
 
     Args:
@@ -192,7 +192,7 @@ class ELR(Schedule):
     @classmethod
     def from_adamw(cls, total_steps: int, lr: float, weight_decay: float, init_rms: float) -> "ELR":
         """c0 = 1 - 3 lambda rms0^2 / eta0 and c1 = lambda eta0 from AdamW's peak lr eta0 > 0, decoupled
-        decay lambda > 0 and the initial weight RMS rms0 >= 0 (seed 000's weight-norm model)."""
+        decay lambda > 0 and the initial weight RMS rms0 >= 0 (post 000's weight-norm model)."""
         _number("lr", lr, 0.0)
         _number("weight_decay", weight_decay, 0.0)
         _number("init_rms", init_rms, 0.0)

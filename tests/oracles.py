@@ -90,7 +90,7 @@ def covariant_reference(x, u, lr_t):
 
 
 def average_reference(mu, x, p, q, r):
-    """Eq. (2) of seed 004 as (p*mu + q*x)/r in x's dtype."""
+    """Eq. (2) of post 004 as (p*mu + q*x)/r in x's dtype."""
     d = x.dtype.type
     return (d(p) * mu + d(q) * x) / d(r)
 

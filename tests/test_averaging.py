@@ -1,4 +1,4 @@
-"""Weight averaging (seed 004, eq. (2)): PITFALLS B16, untouched trajectory, plain-numpy oracles."""
+"""Weight averaging (post 004, eq. (2)): PITFALLS B16, untouched trajectory, plain-numpy oracles."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st

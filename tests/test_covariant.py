@@ -1,4 +1,4 @@
-"""Covariant (seed 000, eq. (elr-u)): plain-numpy oracle, PITFALLS B11, eq. (phi), norms, validation."""
+"""Covariant (post 000, eq. (elr-u)): plain-numpy oracle, PITFALLS B11, eq. (phi), norms, validation."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""refopt.diagnostics against closed forms, refopt.mup's tables, and the LRTable rule (seed 002)."""
+"""refopt.diagnostics against closed forms, refopt.mup's tables, and the LRTable rule (post 002)."""
 import math
 
 import numpy as np
@@ -106,7 +106,7 @@ def test_float32_inputs_accumulate_in_float64():
         D.rms(np.ones(3, dtype=np.int64))
 
 
-# ---- seed 003: stability metrics of a linear layer ----------------------------------------------------------
+# ---- post 003: stability metrics of a linear layer ----------------------------------------------------------
 
 @pytest.mark.parametrize("shape", [(32, 8), (8, 32), (20, 20)])
 def test_linear_metrics_against_the_svd(shape):
@@ -137,7 +137,7 @@ def test_empirical_stability_rejects_a_batch_reducing_function():
 
 
 def test_mup_sigma_gives_unit_rms_operator_norm():
-    """seed 003: sigma = sqrt(d_out/d_in)/(sqrt(d_in)+sqrt(d_out)) makes ||sigma Z||_{RMS->RMS} about 1."""
+    """post 003: sigma = sqrt(d_out/d_in)/(sqrt(d_in)+sqrt(d_out)) makes ||sigma Z||_{RMS->RMS} about 1."""
     for d_in, d_out in [(256, 64), (64, 256), (512, 512)]:
         W = mup.mup_sigma(d_in, d_out) * np.random.default_rng(1).standard_normal((d_in, d_out))
         assert 0.85 < D.rms_operator_norm(W) < 1.05
@@ -158,7 +158,7 @@ def test_mup_lrs_table_of_seed_001():
         mup.mup_lrs(0.1, 4, 4, "lion")
 
 
-# ---- LRTable (seed 002) ----------------------------------------------------------------------------------------
+# ---- LRTable (post 002) ----------------------------------------------------------------------------------------
 
 def _muon_params():
     return {"w1": RNG.standard_normal((6, 5)), "w2": RNG.standard_normal((5, 4))}
@@ -214,7 +214,7 @@ def test_lr_table_rejects_a_path_params_lack_and_a_decaying_base():
 
 def test_lr_table_relative_mode_replays_eta_eff():
     """relative=True: the step's lr is lrs[p][t-1] * ||W_{t-1}||_F, so eta/||W|| of the step is the table's
-    value (seed 002's eta_eff); checked against Muon with that lr computed by hand."""
+    value (post 002's eta_eff); checked against Muon with that lr computed by hand."""
     params = _muon_params()
     rule = refopt.LRTable(refopt.Muon(lr=0.0), {"w1": (0.01, 0.02)}, relative=True)
     state = refopt.init(rule, params)

@@ -27,7 +27,7 @@ def test_no_citation_of_unshipped_files():
 
 def test_the_source_documents_are_explained_once():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    seeds = (ROOT / "docs/reference/SEEDS.md").read_text(encoding="utf-8")
+    seeds = (ROOT / "docs/reference/SOURCES.md").read_text(encoding="utf-8")
     for text in (readme, seeds):
         assert re.search(r"blog post", text) and "not a random seed" in " ".join(text.split())
 

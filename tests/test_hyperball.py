@@ -1,7 +1,7 @@
 """Hyperball (MuonH / AdamH): plain-numpy oracles, PITFALLS B11, the radius invariant, validation.
 
 The oracles below (base directions of torch SGD and Adam, and the Hyperball step) are written from the
-equations (seed 000, seed 002, CONVENTIONS.md 1.1, 1.2, 6), independently of refopt's kernels; the
+equations (post 000, post 002, CONVENTIONS.md 1.1, 1.2, 6), independently of refopt's kernels; the
 Covariant and averaging tests reuse the two base oracles.
 """
 import io

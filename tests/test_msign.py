@@ -223,7 +223,7 @@ def test_scale_invariance(seed, shape, method, log_c):
 
 @pytest.mark.parametrize("method", ["newton_schulz", "svd"])
 def test_orthogonal_equivariance(method):
-    """msign(U G V^T) = U msign(G) V^T (seed 003), with refopt.testing's msign_equivariance: the property
+    """msign(U G V^T) = U msign(G) V^T (post 003), with refopt.testing's msign_equivariance: the property
     users run on their own matrix-sign function."""
     from refopt.testing.properties import msign_equivariance
 

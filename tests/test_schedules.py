@@ -1,4 +1,4 @@
-"""Schedules: PITFALLS B17 numbers, zero-length phases, clamping, validation, ELR (seed 000), configs."""
+"""Schedules: PITFALLS B17 numbers, zero-length phases, clamping, validation, ELR (post 000), configs."""
 import json
 import math
 

@@ -1,4 +1,4 @@
-"""models.symmetries (seed 000): exact invariance of the logits, negative controls, and the gradient
+"""models.symmetries (post 000): exact invariance of the logits, negative controls, and the gradient
 identity sum_up <w, g> - sum_down <w, g> = 0 for every joint symmetry, in float64."""
 import numpy as np
 import pytest

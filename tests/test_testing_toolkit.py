@@ -99,7 +99,7 @@ def test_mup_step_size_exact_for_svd_spectral_not_for_newton_schulz():
 
 
 def test_counterexample_is_shrunk_torch_sgd_covariance():
-    """torch SGD is not covariant (seed 000, eq. phi); hypothesis shrinks the failing input to one tiny array."""
+    """torch SGD is not covariant (post 000, eq. phi); hypothesis shrinks the failing input to one tiny array."""
     torch = pytest.importorskip("torch")
     o = P.parameter_scale_covariance(make_adapter(torch.optim.SGD, {"lr": 0.1}), max_examples=10, rtol=1e-5)
     assert o.holds is False and o.err > 0.1
@@ -269,7 +269,7 @@ def test_missing_hypothesis_message(monkeypatch):
 
 
 def test_msign_equivariance_and_its_negative_control():
-    """seed 003: msign(U G V^T) = U msign(G) V^T (exact SVD and Newton-Schulz alike); an elementwise sign
+    """post 003: msign(U G V^T) = U msign(G) V^T (exact SVD and Newton-Schulz alike); an elementwise sign
     is not orthogonally equivariant and is caught."""
     for method in ("svd", "newton_schulz"):
         o = P.msign_equivariance(lambda g, m=method: refopt.msign(g, method=m), max_examples=8)

@@ -122,7 +122,7 @@ def test_t01_main_writes_png(t01, tmp_path, capsys):
     assert "max relative deviation" in capsys.readouterr().out
 
 
-# ---- t02 (seed 004): averaging as a schedule, the EMA preview, Schedule-Free ---------------------------------
+# ---- t02 (post 004): averaging as a schedule, the EMA preview, Schedule-Free ---------------------------------
 
 @pytest.fixture(scope="module")
 def t02():
@@ -175,7 +175,7 @@ def test_t02_main_writes_png(t02, tmp_path):
     assert r["schedule_free"]["linear"].shape == (3,)
 
 
-# ---- t03 (seed 000): joint symmetries and the gradient identity -------------------------------------------
+# ---- t03 (post 000): joint symmetries and the gradient identity -------------------------------------------
 
 @pytest.fixture(scope="module")
 def t03_run():
@@ -219,7 +219,7 @@ def test_a_mistyped_tutorial_option_is_an_error(name, tmp_path, capsys):
     assert e.value.code == 2 and "unrecognized arguments: --stpes 3" in capsys.readouterr().err
 
 
-# ---- t04 (seed 000): AdamW's ELR, measured ------------------------------------------------------------------
+# ---- t04 (post 000): AdamW's ELR, measured ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def t04():
@@ -247,7 +247,7 @@ def test_t04_main_writes_png(t04, tmp_path):
     assert (tmp_path / "t04_adamw_elr.png").read_bytes()[:8] == PNG_MAGIC
 
 
-# ---- t05 (seed 002): weight decay only sets the learning rate ------------------------------------------------
+# ---- t05 (post 002): weight decay only sets the learning rate ------------------------------------------------
 
 @pytest.fixture(scope="module")
 def t05_run(digits):
@@ -280,7 +280,7 @@ def test_t05_main_writes_png(t05_run, tmp_path):
     assert (tmp_path / "t05_weight_decay_sets_lr.png").read_bytes()[:8] == PNG_MAGIC
 
 
-# ---- t06 (seeds 003, 001): stability metrics, coordinate check ----------------------------------------------
+# ---- t06 (posts 003, 001): stability metrics, coordinate check ----------------------------------------------
 
 @pytest.fixture(scope="module")
 def t06():
@@ -312,7 +312,7 @@ def test_t06_main_writes_png(t06, tmp_path):
     assert r["sweep"]["standard"].shape == (1, 7)
 
 
-# ---- t07 (seed 001): independent weight decay -----------------------------------------------------------------
+# ---- t07 (post 001): independent weight decay -----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def t07():

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Tutorial 1 — reparametrization: SGD is not covariant, the covariant (ELR) rule is (seed 000)
+# # Tutorial 1 — reparametrization: SGD is not covariant, the covariant (ELR) rule is (post 000)
 #
 # Train ŵ = c·w of the first layer on ℓ̂(ŵ) = ℓ(ŵ/c): the same function, but ∇ℓ̂(ŵ) = ∇ℓ(w)/c, so SGD on
 # ŵ with lr η is SGD on w with η/c². (a) SGD on w; (b) SGD on ŵ with the same η (another trajectory);
@@ -12,7 +12,7 @@
 # %%
 """Tutorial 1 -- reparametrization: SGD is not covariant, the covariant (ELR) rule is.
 
-Claim (seed 000, "Reparametrization" and eq. (phi)): write one layer's weight as w = w_hat / c, i.e. train
+Claim (post 000, "Reparametrization" and eq. (phi)): write one layer's weight as w = w_hat / c, i.e. train
 w_hat = c*w on the loss l_hat(w_hat) = l(w_hat / c). This is the same function, but
 
     grad l_hat(w_hat) = grad l(w) / c,  so  SGD on w_hat with lr eta' moves w by -(eta'/c^2) grad l(w):

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Tutorial 2 — weight averaging acts like a learning-rate schedule (seed 004)
+# # Tutorial 2 — weight averaging acts like a learning-rate schedule (post 004)
 #
-# **Claims** (seed 004, eqs. (2), (10), (17)).
+# **Claims** (post 004, eqs. (2), (10), (17)).
 # 1. Averaging beside training, μ_{t+1} = (1 − c_{t+1})μ_t + c_{t+1}θ_{t+1} (eq. (2)), does not change the
 #    trajectory θ_t (`refopt.Average`, `refopt.EMA`: checked bit for bit).
 # 2. Evaluating the average with weights v_t acts like multiplying the learning rate by
@@ -25,7 +25,7 @@
 # Run: `python tutorials/t02_averaging_as_schedule.py --out DIR` (about 40 s).
 
 # %%
-"""Tutorial 2 -- weight averaging acts like a learning-rate schedule (seed 004), and Schedule-Free."""
+"""Tutorial 2 -- weight averaging acts like a learning-rate schedule (post 004), and Schedule-Free."""
 from __future__ import annotations
 
 import argparse
@@ -52,7 +52,7 @@ from refopt.models.data import load_digits
 
 
 def averaging_multiplier(v) -> np.ndarray:
-    """gamma_t = v_{t+1:T} / v_{1:T} for t = 1..T (seed 004, eq. (10) read as a multiplier of the lr): the
+    """gamma_t = v_{t+1:T} / v_{1:T} for t = 1..T (post 004, eq. (10) read as a multiplier of the lr): the
     schedule that evaluating the v-weighted average of the iterates acts like. v: T weights >= 0, sum > 0.
     gamma_T = 0. Raises ValueError for negative weights or a zero sum."""
     v = np.asarray(v, dtype=np.float64)

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Tutorial 3 — joint symmetries of a pre-norm GPT, and the gradient identity (seed 000)
+# # Tutorial 3 — joint symmetries of a pre-norm GPT, and the gradient identity (post 000)
 #
-# **Claim** (seed 000, "Joint symmetries"). A pre-norm transformer is *not* invariant to the scale of a
+# **Claim** (post 000, "Joint symmetries"). A pre-norm transformer is *not* invariant to the scale of a
 # single weight (the norm removes the scale of a layer's input, not of its own weight), but it is
 # invariant to joint rescalings ℓ(c·w₁, c⁻¹·w₂) = ℓ(w₁, w₂), c > 0:
 #
@@ -10,7 +10,7 @@
 # 3. [W_q, W_k, W_v] jointly with the gain of that block's RMSNorm; 4. [W_up, W_gate] with theirs;
 # 5. the final RMSNorm gain with the LM head;
 #
-# and (seed 000's "embedding + all output matrices jointly") scaling the embeddings wte, wpe **and every
+# and (post 000's "embedding + all output matrices jointly") scaling the embeddings wte, wpe **and every
 # output matrix** (W_o and W_down of each block) by the same c: the residual stream is multiplied by c,
 # every RMSNorm removes it, so the logits do not change. This one holds exactly only with an **untied**
 # head (with the tied head wte is also the head, so the logits scale by c) and with the norms' eps = 0.
@@ -28,7 +28,7 @@
 # Run: `python tutorials/t03_joint_symmetries.py --out DIR` (about 15 s). Writes DIR/t03_joint_symmetries.png.
 
 # %%
-"""Tutorial 3 -- joint symmetries of a pre-norm GPT and the gradient identity (seed 000)."""
+"""Tutorial 3 -- joint symmetries of a pre-norm GPT and the gradient identity (post 000)."""
 from __future__ import annotations
 
 import argparse

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Tutorial 4 — the effective-learning-rate schedule of AdamW (seed 000)
+# # Tutorial 4 — the effective-learning-rate schedule of AdamW (post 000)
 #
-# **Claims** (seed 000, "ELR schedule for Adam"), for AdamW with decoupled decay λ and lr η_t:
+# **Claims** (post 000, "ELR schedule for Adam"), for AdamW with decoupled decay λ and lr η_t:
 #
 # * update RMS: ‖u_t‖_RMS ≈ sqrt((1 − β₁)/(1 + β₁)) (the RMS of an EMA of independent unit-variance
 #   gradients, once v̂ ≈ E[g²]);
@@ -25,7 +25,7 @@
 # Run: `python tutorials/t04_adamw_elr.py --out DIR` (about 5 s). Writes DIR/t04_adamw_elr.png.
 
 # %%
-"""Tutorial 4 -- the effective-learning-rate schedule of AdamW (seed 000), measured."""
+"""Tutorial 4 -- the effective-learning-rate schedule of AdamW (post 000), measured."""
 from __future__ import annotations
 
 import argparse

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Tutorial 5 — weight decay only sets the learning rate (seed 002)
+# # Tutorial 5 — weight decay only sets the learning rate (post 002)
 #
-# **Claim** (seed 002, the experiment the post leaves to the reader). Train Muon with decoupled weight
+# **Claim** (post 002, the experiment the post leaves to the reader). Train Muon with decoupled weight
 # decay (MuonWD) and record, for every matrix and every step, its effective learning rate
 # η_eff,t = η_t/‖W_t‖_F. Then train Muon *without* decay, giving each matrix at each step the learning rate
 # η_eff,t·‖W'_t‖_F (its own current norm): the relative step sizes are the same, and the seed predicts the
@@ -26,7 +26,7 @@
 # Run: `python tutorials/t05_weight_decay_sets_lr.py --out DIR` (about 30 s). Writes DIR/t05_weight_decay_sets_lr.png.
 
 # %%
-"""Tutorial 5 -- weight decay only sets the learning rate (seed 002): MuonWD, eta_eff-matched Muon, MuonH."""
+"""Tutorial 5 -- weight decay only sets the learning rate (post 002): MuonWD, eta_eff-matched Muon, MuonH."""
 from __future__ import annotations
 
 import argparse

@@ -1,14 +1,14 @@
 # %% [markdown]
-# # Tutorial 6 — stability metrics of linear layers, and muP (seeds 003 and 001)
+# # Tutorial 6 — stability metrics of linear layers, and muP (posts 003 and 001)
 #
 # **Claims.**
-# 1. (seed 003) For f(x; W) = xW with an input norm (‖x‖_RMS = 1), W ∈ R^{d_in×d_out}, the three stability
+# 1. (post 003) For f(x; W) = xW with an input norm (‖x‖_RMS = 1), W ∈ R^{d_in×d_out}, the three stability
 #    metrics are forward = sqrt(d_in/d_out)‖W‖₂, dependency = 2·sqrt(d_in/d_out)‖W‖₂ and
 #    update = sqrt(d_in/d_out)‖ΔW‖₂ (`refopt.diagnostics.linear_stability`); measured over inputs
 #    (`empirical_stability`) they are attained by the top singular direction, and random inputs see far less.
-# 2. (seed 003) σ = sqrt(d_out/d_in)/(sqrt(d_in) + sqrt(d_out)) (`refopt.mup.mup_sigma`) gives every matrix
+# 2. (post 003) σ = sqrt(d_out/d_in)/(sqrt(d_in) + sqrt(d_out)) (`refopt.mup.mup_sigma`) gives every matrix
 #    an RMS→RMS norm ≈ 1 at any shape.
-# 3. (seed 001, muP) With the per-layer-type learning rates of seed 001 (`refopt.mup.mup_partition`: Adam
+# 3. (post 001, muP) With the per-layer-type learning rates of post 001 (`refopt.mup.mup_partition`: Adam
 #    first lr, hidden lr/m, last lr/m, m = n/n₀) and that init, the change of every layer's activations after
 #    k steps is Θ(1) in the width n (a flat *coordinate check*, `refopt.diagnostics.coordinate_check`); with
 #    the standard init and one Adam lr it grows with n. Muon with the spectral scale sqrt(d_out/d_in) (seed
@@ -21,7 +21,7 @@
 # Run: `python tutorials/t06_stability_and_mup.py --out DIR` (about 1 min on 2 idle cores). Writes DIR/t06_stability_and_mup.png.
 
 # %%
-"""Tutorial 6 -- stability metrics of linear layers, the coordinate check and lr transfer (seeds 003, 001)."""
+"""Tutorial 6 -- stability metrics of linear layers, the coordinate check and lr transfer (posts 003, 001)."""
 from __future__ import annotations
 
 import argparse
@@ -192,7 +192,7 @@ def plot(table, cc, sweep, widths, path: str) -> None:
     for off, key, col in ((-0.25, "closed", "k"), (0.0, "worst", "tab:green"), (0.25, "random", "tab:red")):
         ax.bar(xs + off, [getattr(r[key], "forward") for r in table], 0.25, color=col, label=f"forward: {key}")
     ax.set_xticks(xs, lab)
-    ax.set_title("seed 003: forward metric of x·W (RMS-1 inputs)", fontsize=9)
+    ax.set_title("post 003: forward metric of x·W (RMS-1 inputs)", fontsize=9)
     ax.legend(fontsize=7)
     for ax, kind, title in ((axs[1], "standard", "standard init + Adam"), (axs[2], "mup", "muP init + muP Adam lrs")):
         for layer, col in (("z1", "tab:blue"), ("z2", "tab:orange"), ("logits", "tab:green")):

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Tutorial 7 — independent weight decay (seed 001)
+# # Tutorial 7 — independent weight decay (post 001)
 #
-# **Claim** (seed 001, "Weight decay that transfers", arXiv:2405.13698). Read as an EMA, weight decay
+# **Claim** (post 001, "Weight decay that transfers", arXiv:2405.13698). Read as an EMA, weight decay
 # forgets the past with the rate α = λγ_t per step, i.e. over τ_iter = 1/(λγ_t) steps. PyTorch's AdamW
 # multiplies the decay by the peak lr (θ ← θ − η γ_t λ θ), so its time scale τ_iter = 1/(ηγ_tλ) *moves*
 # whenever η is changed (by an lr sweep, or by muP's per-layer rates); the "independent" form
@@ -21,7 +21,7 @@
 # Run: `python tutorials/t07_independent_weight_decay.py --out DIR` (about 20 s).
 
 # %%
-"""Tutorial 7 -- independent weight decay: the decay time scale under an lr sweep and across data sizes (seed 001)."""
+"""Tutorial 7 -- independent weight decay: the decay time scale under an lr sweep and across data sizes (post 001)."""
 from __future__ import annotations
 
 import argparse

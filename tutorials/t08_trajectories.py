@@ -14,7 +14,7 @@
 #   to the minimum, and sign descent with a constant lr chatters across the valley and stalls.
 # * **A matrix problem**: least squares ½‖XW − Y‖²/N with a condition number of 100 in X. SGD's gradient
 #   is dominated by the top singular directions; Muon's msign(G) = UVᵀ has *all* singular values 1, so its
-#   step moves every singular direction equally (seed 003's steepest descent under the spectral norm).
+#   step moves every singular direction equally (post 003's steepest descent under the spectral norm).
 #
 # Run: `python tutorials/t08_trajectories.py --out DIR` (about 5 s).
 

@@ -1,7 +1,7 @@
 """Run the invariance properties of refopt.testing on your optimizer, next to the refopt rule.
 
 ``refopt invariants --impl MODULE_OR_FILE.py:NAME [--kwargs JSON] --rule "EXPR"`` runs every property
-(gradient-scale invariance, parameter-scale covariance (seed 000, eq. phi), orthogonal and permutation
+(gradient-scale invariance, parameter-scale covariance (post 000, eq. phi), orthogonal and permutation
 equivariance, reparametrization covariance, the GPT's joint symmetries, Muon's muP step size, purity,
 determinism, bit-identical resume) with hypothesis on the implementation and on the refopt rule, and
 prints a table: property, what the theory says for the rule, what the refopt rule does, what your code

@@ -104,14 +104,14 @@ OPTIMIZERS = {
                   "AdamW elsewhere", partitioned=True),
     "muonh": Entry(lambda a, lr, s, lab: _partition(_hyperball(a, "muon", lr, s), a, s, lab),
                    {"mlp": 0.02, "gpt": 0.02},
-                   "Hyperball(Muon) (MuonH, seed 002) on the hidden matrices, AdamW elsewhere", partitioned=True),
+                   "Hyperball(Muon) (MuonH, post 002) on the hidden matrices, AdamW elsewhere", partitioned=True),
     "adamh": Entry(lambda a, lr, s, lab: _partition(_hyperball(a, "adam", lr, s), a, s, lab),
                    {"mlp": 0.02, "gpt": 0.02},
                    "Hyperball(Adam) (AdamH) on the hidden matrices, AdamW elsewhere", partitioned=True),
     "covariant": Entry(lambda a, lr, s, lab: _partition(
         _make(refopt.Covariant, base=_hidden_base(a, a.covariant_base), lr=lr, schedule=s), a, s, lab),
         {"mlp": 0.02, "gpt": 0.02},
-        "Covariant / ELR rule (seed 000, eq. elr-u) over --covariant-base on the hidden matrices, AdamW "
+        "Covariant / ELR rule (post 000, eq. elr-u) over --covariant-base on the hidden matrices, AdamW "
         "elsewhere", partitioned=True),
     "schedulefree-sgd": Entry(lambda a, lr, s, lab: _make(
         refopt.ScheduleFreeSGD, lr=lr, beta=a.sf_beta, warmup_steps=a.warmup, weight_decay=_wd(a, 0.0)),
@@ -122,10 +122,10 @@ OPTIMIZERS = {
         warmup_steps=a.warmup, weight_decay=_wd(a, 0.0)),
         {"mlp": 3e-3, "gpt": 3e-3}, "Schedule-Free AdamW (reference implementation); --warmup"),
     "average": Entry(lambda a, lr, s, lab: refopt.Average(_adamw(a, lr, s)), {"mlp": 3e-3, "gpt": 3e-3},
-                     "AdamW with a uniform average of the iterates for evaluation (seed 004)"),
+                     "AdamW with a uniform average of the iterates for evaluation (post 004)"),
     "ema": Entry(lambda a, lr, s, lab: _make(refopt.EMA, base=_adamw(a, lr, s), decay=a.ema_decay),
                  {"mlp": 3e-3, "gpt": 3e-3},
-                 "AdamW with an EMA of the iterates for evaluation (--ema-decay; seed 004)"),
+                 "AdamW with an EMA of the iterates for evaluation (--ema-decay; post 004)"),
 }
 
 #: Schedule-Free rules carry their own warmup and must not get an lr schedule on top

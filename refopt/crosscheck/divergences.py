@@ -577,9 +577,9 @@ def _muon_4d() -> Entry:
                        source="PITFALLS B07: the scale of the flattened 2-D shape")),
         (Pair("KellerJordan", "flattened 'jordan'", "update", 0.1, what="per-step update, worst filter"),),
         "the flattened shape: the scale is a property of the linear map (out x in kh kw) that Newton-Schulz "
-        "orthogonalises (seed 003); KellerJordan's code reads the 4-D tensor's last two dims, a quirk reported "
+        "orthogonalises (post 003); KellerJordan's code reads the 4-D tensor's last two dims, a quirk reported "
         "downstream as a bug (PITFALLS B07: updates up to 2.7x too small for a (64, 1, 3, 3) filter).",
-        "CONVENTIONS.md 3.1; PITFALLS B07; seed 003", leaves=leaves)
+        "CONVENTIONS.md 3.1; PITFALLS B07; post 003", leaves=leaves)
 
 
 def _ema() -> Entry:
@@ -604,7 +604,7 @@ def _ema() -> Entry:
          Pair("x0 start", "torch AveragedModel", "params", 0.01, what="max over steps")),
         "no paper fixes the start; the debiased form (Kingma & Ba's bias correction applied to iterates) weights "
         "x_1..x_t by beta^(t-k) exactly; the other two put extra weight on x_1 or x_0 (PITFALLS B16).",
-        "PITFALLS B16; seed 004 eq. (2); CONVENTIONS.md 2.6")
+        "PITFALLS B16; post 004 eq. (2); CONVENTIONS.md 2.6")
 
 
 def _clip() -> Entry:
@@ -680,15 +680,15 @@ def _muon_scale() -> Entry:
          peer_side("optax", o_def, tol=MUON_OPTAX, tol_name="MUON_OPTAX", source="sqrt(max(1, fan_out/fan_in))"),
          peer_side("optax consistent_rms", o_rms, tol=MUON_OPTAX, tol_name="MUON_OPTAX",
                    source="0.2 sqrt(max(fan_in, fan_out))"),
-         restated_side("spectral (muP)", "the spectral condition's sqrt(fan_out/fan_in) (seed 003)",
+         restated_side("spectral (muP)", "the spectral condition's sqrt(fan_out/fan_in) (post 003)",
                        lambda: replace(R.Muon.like_optax(0.02), scale="spectral"), oracle=spectral_oracle,
-                       source="seed 003")),
+                       source="post 003")),
         (Pair("torch original", "torch match_rms_adamw", "step", 0.1, what="per-step update (median)"),
          Pair("optax", "optax consistent_rms", "step", 0.1, what="per-step update (median)"),
          Pair("spectral (muP)", "optax", "step", 0.1, what="per-step update (median; differs on tall matrices)")),
-        "the muP spectral condition (seed 003) gives sqrt(fan_out/fan_in); KellerJordan's code clips it at 1 "
+        "the muP spectral condition (post 003) gives sqrt(fan_out/fan_in); KellerJordan's code clips it at 1 "
         "(never shrinks); 'match_rms_adamw' (Moonshot) targets AdamW's update RMS so AdamW's lr and decay transfer.",
-        "seed 003; KellerJordan/Muon; Liu et al. 2025 (arXiv:2502.16982); CONVENTIONS.md 1.3, 2.4, 10.1",
+        "post 003; KellerJordan/Muon; Liu et al. 2025 (arXiv:2502.16982); CONVENTIONS.md 1.3, 2.4, 10.1",
         matrix_only=True)
 
 
@@ -736,14 +736,14 @@ def _lamb_zero() -> Entry:
                    make_refopt=lambda: V.TrustRatioOneAtZero(cov_l()), source="You et al. 2019 code: ratio 1 at 0"),
          peer_side("optax.lars", lars, refopt="variants.TrustRatioOneAtZero(Covariant(SGD(weight_decay=0.001), "
                    "lr=0.01))", make_refopt=lambda: V.TrustRatioOneAtZero(cov_s()), source="ratio 1 at 0"),
-         restated_side("Covariant(Adam)", "the ELR form (seed 000, eq. elr-u): a zero weight has ELR 0", cov_l,
-                       source="seed 000"),
-         restated_side("Covariant(SGD)", "the ELR form (seed 000, eq. elr-g)", cov_s, source="seed 000")),
+         restated_side("Covariant(Adam)", "the ELR form (post 000, eq. elr-u): a zero weight has ELR 0", cov_l,
+                       source="post 000"),
+         restated_side("Covariant(SGD)", "the ELR form (post 000, eq. elr-g)", cov_s, source="post 000")),
         (Pair("optax.lamb", "Covariant(Adam)", "abs", 1e-3, what="the zero-initialised bias (abs: refopt's stays 0)"),
          Pair("optax.lars", "Covariant(SGD)", "abs", 1e-3, what="the zero-initialised bias")),
         "the papers (LARS: You et al. 2017; LAMB: You et al. 2019) define the ratio ||x||/||u||, 0 for x = 0; "
         "optax's 1 is an implementation choice that lets zero-initialised arrays move (PITFALLS B11).",
-        "seed 000 eq. (elr-u); PITFALLS B11; optax scale_by_trust_ratio", leaves=leaves)
+        "post 000 eq. (elr-u); PITFALLS B11; optax scale_by_trust_ratio", leaves=leaves)
 
 
 def _adam_eps() -> Entry:
@@ -799,9 +799,9 @@ def _adamw_decay() -> Entry:
          Pair("torch lr=1e-2", "independent wd'=3e-3, lr=1e-2", "final", 1e-3,
               what="change lr only: the coupled decay follows it, the independent one does not")),
         "Loshchilov & Hutter decouple the decay from the gradient but scale it by the schedule multiplier eta_t; "
-        "torch and optax also multiply it by the peak lr. arXiv:2405.13698 (seed 001) argues for lr-independent "
+        "torch and optax also multiply it by the peak lr. arXiv:2405.13698 (post 001) argues for lr-independent "
         "decay so that the EMA timescale 1/(lr wd) stays put when lr is retuned (muP).",
-        "Loshchilov & Hutter 2019; arXiv:2405.13698; SEEDS.md 'Weight decay that transfers'; PITFALLS B05")
+        "Loshchilov & Hutter 2019; arXiv:2405.13698; SOURCES.md 'Weight decay that transfers'; PITFALLS B05")
 
 
 def _sgd_dampening() -> Entry:

@@ -303,7 +303,7 @@ _OPTAX = [
            ("lamb", dict(learning_rate=1e-2, weight_decay=0.0)),
            lambda: _cov()(Adam(eps=1e-6), lr=1e-2),
            "LAMB = scale_by_adam (eps 1e-6, optax.lamb's default) then the trust ratio ||x||/||u|| then -lr: "
-           "refopt Covariant(Adam) (seed 000, eq. elr-u). Known gap at a zero norm: optax's ratio is 1 "
+           "refopt Covariant(Adam) (post 000, eq. elr-u). Known gap at a zero norm: optax's ratio is 1 "
            "(step -lr*u), refopt makes no step; the problems have no zero arrays",
            state={"base.m": "mu", "base.v": "nu"}, problems=("stream", "quadratic"),
            problems_why="the MLP and GPT have zero-initialised biases: at a zero norm optax's trust ratio is 1 "

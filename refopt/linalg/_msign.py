@@ -2,7 +2,7 @@ r"""msign: the matrix sign (orthogonal polar factor) of a 2-D array, exactly by 
 
 For G = U diag(s) V^T (thin SVD, rank r), the matrix sign is ``msign(G) = U_r V_r^T``: every nonzero
 singular value is replaced by 1 and every zero one by 0. It is the steepest-descent direction of the
-spectral norm (Bernstein & Newhouse 2024, arXiv:2409.20325) and the core of Muon (seed 003;
+spectral norm (Bernstein & Newhouse 2024, arXiv:2409.20325) and the core of Muon (post 003;
 K. Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/).
 
 Newton-Schulz (NS) approximates it with odd quintics applied to the singular values of the normalised

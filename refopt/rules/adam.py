@@ -236,7 +236,7 @@ class AdamW(_AdamBase):
     term in g). The decay uses the pre-update x_{t-1} (PITFALLS B05)::
 
         'decoupled'   (torch AdamW):  x_t = (1 - lr*gamma_t*lambda) * x_{t-1} - lr*gamma_t * u_t'
-        'independent' (seed 001; arXiv:2405.13698, "independent weight decay"):
+        'independent' (post 001; arXiv:2405.13698, "independent weight decay"):
                                       x_t = (1 - gamma_t*lambda) * x_{t-1}    - lr*gamma_t * u_t'
 
     where lr*gamma_t*u_t' is Adam's step above. In 'independent' mode lambda is a rate per step (the EMA

@@ -1,4 +1,4 @@
-"""Weight averaging beside training (seed 004, eq. (2)): uniform (Polyak) average and EMA.
+"""Weight averaging beside training (post 004, eq. (2)): uniform (Polyak) average and EMA.
 
 Both are one recursion with different weights c_t; the average lives in the state and the training
 trajectory is the base rule's, bit for bit.
@@ -43,7 +43,7 @@ class _Weights(NamedTuple):
 
 @numba.njit
 def _average(mu, x, s, i, c):
-    """mu <- (p*mu + q*x) / r (eq. (2) of seed 004 with c_t = q/r)."""
+    """mu <- (p*mu + q*x) / r (eq. (2) of post 004 with c_t = q/r)."""
     return (c.p * mu + c.q * x) / c.r
 
 
@@ -80,7 +80,7 @@ class _Averaging(Wrapper):
 
 @dataclass(frozen=True)
 class Average(_Averaging):
-    r"""Uniform (Polyak-Ruppert) average of the iterates beside a base rule (seed 004, eq. (2) with
+    r"""Uniform (Polyak-Ruppert) average of the iterates beside a base rule (post 004, eq. (2) with
     c_t = 1/t).
 
     The base rule runs unchanged (its params, state and numbers are bit-identical to running it alone);
@@ -116,7 +116,7 @@ class Average(_Averaging):
 
 @dataclass(frozen=True)
 class EMA(_Averaging):
-    r"""Exponential moving average of the iterates beside a base rule (seed 004, eq. (2) with c_t
+    r"""Exponential moving average of the iterates beside a base rule (post 004, eq. (2) with c_t
     -> 1 - decay), the "good in practice" average.
 
     The base rule runs unchanged (bit-identical trajectory). After its step t (t = 1 first), with

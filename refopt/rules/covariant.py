@@ -50,14 +50,14 @@ def _check_norm(norm) -> None:
 @dataclass(frozen=True)
 class Covariant(DirectionWrapper):
     r"""The covariant version of a base optimizer: a step of relative size lr along the base direction
-    (seed 000, eq. (elr-u); with SGD as the base, eq. (elr-g)).
+    (post 000, eq. (elr-u); with SGD as the base, eq. (elr-g)).
 
     At step t (t = 1 first), gamma_t = schedule(t), u_t the base rule's direction for this array::
 
         W_t = W_{t-1} - lr * gamma_t * ||W_{t-1}|| * u_t / ||u_t||
 
     so ||W_t - W_{t-1}|| / ||W_{t-1}|| = lr * gamma_t exactly: lr*gamma_t IS the effective learning rate
-    (ELR). The update phi(W, g) satisfies phi(c1 W, c2 g) = c1 phi(W, g) for all c1, c2 > 0 (seed 000,
+    (ELR). The update phi(W, g) satisfies phi(c1 W, c2 g) = c1 phi(W, g) for all c1, c2 > 0 (post 000,
     eq. (phi)) whenever the base direction is invariant to the gradient scale: SGD with or without
     momentum (the buffer scales with g) and without L2 weight decay (lambda*x does not scale with g),
     Adam in the limit eps -> 0 (eps breaks it by O(eps/|g|)), Muon with eps_mode='none' (otherwise up to

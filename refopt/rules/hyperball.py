@@ -24,7 +24,7 @@ class HyperballState(NamedTuple):
 @dataclass(frozen=True)
 class Hyperball(DirectionWrapper):
     r"""Hyperball: a relative step of angle about lr along a base direction, then projection back onto
-    the sphere of radius R (seed 000 "Hyperball"; seed 002 MuonH; Wen, Dang, Lyu, Ma, Liang 2026,
+    the sphere of radius R (post 000 "Hyperball"; post 002 MuonH; Wen, Dang, Lyu, Ma, Liang 2026,
     arXiv:2606.16899; CONVENTIONS.md 6).
 
     At step t (t = 1 first), gamma_t = schedule(t), u_t the base rule's direction for this array::

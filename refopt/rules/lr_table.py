@@ -26,7 +26,7 @@ class LRTableContext(NamedTuple):
 
 @dataclass(frozen=True)
 class LRTable(DirectionWrapper):
-    r"""Give each array its own learning rate at every step, read from a recorded table (seed 002's
+    r"""Give each array its own learning rate at every step, read from a recorded table (post 002's
     experiment "weight decay only sets the learning rate": replay MuonWD's eta_t/||W_t||_F with Muon
     without decay).
 
@@ -36,7 +36,7 @@ class LRTable(DirectionWrapper):
         x_t = base step                            otherwise (the base rule's own lr)
 
     with lr_t[p] = lrs[p][t-1], or lr_t[p] = lrs[p][t-1] * ||x_{t-1}||_F when ``relative`` (the table then
-    holds seed 002's eta_eff = lr/||W||_F, replayed on this run's own weight norm).
+    holds post 002's eta_eff = lr/||W||_F, replayed on this run's own weight norm).
 
     Args:
       base: a refopt rule with a direction (Muon, SGD, Adam, ...; see

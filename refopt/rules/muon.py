@@ -1,4 +1,4 @@
-"""Muon: momentum orthogonalised by msign, with muP / Jordan / Moonlight shape scales (seed 003)."""
+"""Muon: momentum orthogonalised by msign, with muP / Jordan / Moonlight shape scales (post 003)."""
 from __future__ import annotations
 
 import math
@@ -31,7 +31,7 @@ def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:
 def muon_scale(shape: tuple[int, ...], scale: str = "spectral") -> float:
     """The Muon step multiplier s for a parameter of this shape (flattened by :func:`matrix_shape`):
 
-    * ``'spectral'``:  sqrt(fan_out / fan_in)        (seed 003; muP spectral condition, Yang et al. 2023)
+    * ``'spectral'``:  sqrt(fan_out / fan_in)        (post 003; muP spectral condition, Yang et al. 2023)
     * ``'jordan'``:    sqrt(max(1, fan_out / fan_in)) (KellerJordan/Muon and torch 'original' on their
       (out, in) arrays; optax ``scale_by_shape`` on (in, out) arrays)
     * ``'jordan_4d'``: KellerJordan/Muon's scale for 4-D conv filters, read from the 4-D shape in refopt's
@@ -118,7 +118,7 @@ def _check_bounded_schedule(rows) -> None:
 
 @dataclass(frozen=True)
 class Muon(Rule):
-    r"""Muon (Jordan et al. 2024; seed 003): msign of the momentum, scaled by the layer shape.
+    r"""Muon (Jordan et al. 2024; post 003): msign of the momentum, scaled by the layer shape.
 
     At step t (t = 1 first), gamma_t = schedule(t), mu = momentum, s = :func:`muon_scale`::
 

@@ -1,6 +1,6 @@
 r"""Schedule-Free SGD and AdamW (Defazio et al. 2024, "The Road Less Scheduled", arXiv:2405.15682).
 
-Seed 004, eq. (18), in the paper's letters: the gradient is taken at the interpolation y, the base
+Post 004, eq. (18), in the paper's letters: the gradient is taken at the interpolation y, the base
 iterate z takes the plain step, and x (the weights to evaluate) is an online weighted average of z::
 
     y_t     = (1 - beta) z_t + beta x_t

@@ -4,7 +4,7 @@ r"""Check your own optimizer: invariance properties and adapters for any torch, 
   ``torch.optim.Optimizer``, ``optax.GradientTransformation``, a numpy ``init``/``step`` pair).
 * :mod:`refopt.testing.strategies` -- hypothesis strategies (pytrees, matrices, orthogonal matrices,
   positive scales, gradient streams, rule configurations).
-* :mod:`refopt.testing.properties` -- the invariance properties of the theory (seeds 000, 003, 004), each
+* :mod:`refopt.testing.properties` -- the invariance properties of the theory (posts 000, 003, 004), each
   a function that runs hypothesis and returns a :class:`~refopt.testing.properties.Outcome` with the
   shrunk counterexample; :func:`invariants` runs them all on an implementation next to the refopt rule
   and prints the expected-outcome table (:mod:`refopt.testing.expected`).

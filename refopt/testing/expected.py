@@ -16,7 +16,7 @@ not stated). The reasons, property by property (see :mod:`refopt.testing.propert
   wrappers of these), not for Clip(Adam) in general. A measurement may still find it holding: with
   max_norm below every drawn gradient norm the clip is active at every step of both runs (g'_t =
   M g_t/N_t for every c, eps = 0), and no drawn example separates the two.
-* parameter_scale_covariance and reparametrization_covariance (seed 000, eq. phi): Covariant and
+* parameter_scale_covariance and reparametrization_covariance (post 000, eq. phi): Covariant and
   Hyperball (radius None) of a gradient-scale-invariant base or of SGD without L2; nothing else (SGD:
   lr c^-2; Adam, Muon: the step does not scale with w). Reparametrization runs a closed loop whose
   gradients approach 0, so with an Adam base (LAMB) it holds only as eps -> 0: not stated (None).
@@ -35,7 +35,7 @@ not stated). The reasons, property by property (see :mod:`refopt.testing.propert
   embedding rows), where eps dominates -- so the table states nothing (None). Not SGD, Adam, Muon.
 * mup_step_size: Muon with exact msign ('svd'), scale 'spectral', and Nesterov or plain momentum (from
   a zero state both give msign(g) on step 1); not Newton-Schulz, not the other scales.
-* averaging_identities (seed 004, eqs. 2 and 18): refopt's Average, and Schedule-Free with a constant lr,
+* averaging_identities (post 004, eqs. 2 and 18): refopt's Average, and Schedule-Free with a constant lr,
   no warmup and r = 0 (then every weight c_t = 1/t); not stated for other rules.
 * purity, determinism, bit_identical_resume: every refopt rule.
 

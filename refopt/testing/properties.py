@@ -13,26 +13,26 @@ stream (open loop), ``D = max_t max|x_t - x_0|`` the size of the motion, errors 
 ``gradient_scale_invariance``  x_t(x_0; c g) = x_t(x_0; g) for c > 0; err = max|x'_t - x_t| / D.
     Adam-type rules at eps -> 0 (gradients and c g are drawn >= 0.1 in size, so eps <= 1e-6 contributes
     about 1e-6 at most), sign and msign methods, Muon, Covariant and Hyperball of such a base; not SGD, not L2 decay.
-``parameter_scale_covariance`` seed 000, eq. (phi): phi(c1 w, c2 g) = c1 phi(w, g); over k steps
+``parameter_scale_covariance`` post 000, eq. (phi): phi(c1 w, c2 g) = c1 phi(w, g); over k steps
     x'_t = c1 x_t when started from c1 x_0 and fed c2 g; err = max|x'_t - c1 x_t| / (c1 D).
     Covariant and Hyperball (eq. elr-u) of a gradient-scale-invariant base; not SGD, Adam, Muon.
 ``orthogonal_equivariance``    for matrices, step(U W V^T, U G V^T) = U step(W, G) V^T with U, V Haar
-    orthogonal (msign(U G V^T) = U msign(G) V^T, seed 003); SGD, Muon, Schedule-Free SGD, Covariant /
+    orthogonal (msign(U G V^T) = U msign(G) V^T, post 003); SGD, Muon, Schedule-Free SGD, Covariant /
     Hyperball of those (Frobenius norm); not elementwise-adaptive rules (Adam, LAMB).
 ``permutation_equivariance``   step(P w, P g) = P step(w, g) for a permutation P of the entries of each
     array; every elementwise rule, and Covariant / Hyperball of one; not Muon.
-``reparametrization_covariance``  seed 000 "Reparametrization": training v = w/c on l(c v) (gradients
+``reparametrization_covariance``  post 000 "Reparametrization": training v = w/c on l(c v) (gradients
     c grad l(c v), closed loop on the quadratic l(w) = 1/2 sum h (w - b)^2) reproduces training w:
     c v_t = w_t; err = max|c v_t - w_t| / D. Covariant and Hyperball; not SGD (lr c^-2), Adam, Muon.
-``gpt_symmetry_equivariance``  seed 000 joint symmetries of the pre-norm GPT (:mod:`models.symmetries`,
+``gpt_symmetry_equivariance``  post 000 joint symmetries of the pre-norm GPT (:mod:`models.symmetries`,
     scalar c): one closed-loop step from T_c(p) equals T_c applied to the step from p (the gradient at
     T_c p is computed by refopt's autograd). Covariant and Hyperball (per-array norms); not SGD, Adam,
     Muon (their steps do not scale with the weight). Needs the ``models`` package.
-``mup_step_size``              seed 001/003: one step from W = 0 on a full-rank gradient has spectral norm
+``mup_step_size``              post 001/003: one step from W = 0 on a full-rank gradient has spectral norm
     ||dW||_2 = lr * sqrt(fan_out / fan_in) (refopt layout (fan_in, fan_out)); err = | ||dW||_2 /
     (lr sqrt(fan_out/fan_in)) - 1 |. Muon with exact msign and scale 'spectral'; not Newton-Schulz
     (singular values in about [0.7, 1.2]), not the 'jordan' / 'rms_match' scales, not SGD or Adam.
-``averaging_identities``       seed 004, eqs. (2) and (18): for a refopt ``Average`` the average is the mean
+``averaging_identities``       post 004, eqs. (2) and (18): for a refopt ``Average`` the average is the mean
     of the iterates; for Schedule-Free (constant lr) x_t is the mean of z_1..z_t and the returned point
     is y_t = (1 - beta) z_t + beta x_t (1e-12). Needs the averaged weights: n/a for other adapters.
 :func:`msign_equivariance` checks the same for a bare matrix-sign function (``refopt.msign`` or yours).
@@ -369,7 +369,7 @@ def mup_step_size(adapter, *, max_examples=10, rtol=None, lr=None, dtype=np.floa
 def msign_equivariance(fn: Callable, *, max_examples=10, rtol=1e-10, kind: str | None = "well",
                        dtype=np.float64) -> Outcome:
     """For a matrix-sign function ``fn`` (e.g. ``refopt.msign``, or your Newton-Schulz):
-    fn(U G V^T) = U fn(G) V^T for Haar-orthogonal U, V (seed 003); err = max|lhs - rhs| / max|rhs|.
+    fn(U G V^T) = U fn(G) V^T for Haar-orthogonal U, V (post 003); err = max|lhs - rhs| / max|rhs|.
     ``kind``: the matrices drawn ('well', 'ill', 'rank_deficient' or None for all)."""
     def check(case):
         g, u, v = case["G"], case["U"], case["V"]
@@ -451,7 +451,7 @@ def bit_identical_resume(adapter, *, max_examples=5, matrix_only=False, dtype=np
 
 
 def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_):
-    """seed 004, eq. (2) and (18), on a refopt rule that exposes its averages (n/a otherwise):
+    """post 004, eq. (2) and (18), on a refopt rule that exposes its averages (n/a otherwise):
     Average: mu_t = (1 - 1/t) mu_{t-1} + (1/t) theta_t, i.e. the mean of the iterates (eq. 2, c_t = 1/t);
     Schedule-Free (constant lr, no warmup, r = 0): x_t = mean of z_1..z_t (eq. 18's mu with c = 1/t)
     and the gradient point y_t = (1 - beta) z_t + beta x_t. err: max-norm relative difference."""
@@ -491,22 +491,22 @@ def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np
 
 
 PROPERTIES: list[Property] = [
-    Property("gradient_scale_invariance", "x_t(x_0; c g) = x_t(x_0; g), c > 0", "seed 000 (c2 in eq. phi)",
+    Property("gradient_scale_invariance", "x_t(x_0; c g) = x_t(x_0; g), c > 0", "post 000 (c2 in eq. phi)",
              gradient_scale_invariance),
-    Property("parameter_scale_covariance", "phi(c1 w, c2 g) = c1 phi(w, g)", "seed 000, eq. (phi)",
+    Property("parameter_scale_covariance", "phi(c1 w, c2 g) = c1 phi(w, g)", "post 000, eq. (phi)",
              parameter_scale_covariance),
-    Property("orthogonal_equivariance", "step(U W V^T, U G V^T) = U step(W, G) V^T", "seed 003 (msign)",
+    Property("orthogonal_equivariance", "step(U W V^T, U G V^T) = U step(W, G) V^T", "post 003 (msign)",
              orthogonal_equivariance),
     Property("permutation_equivariance", "step(P w, P g) = P step(w, g)", "elementwise rules",
              permutation_equivariance),
     Property("reparametrization_covariance", "training c v on l(c v) = training w on l(w)",
-             "seed 000, Reparametrization", reparametrization_covariance),
+             "post 000, Reparametrization", reparametrization_covariance),
     Property("gpt_symmetry_equivariance", "step(T_c p) = T_c step(p) for the GPT's joint symmetries",
-             "seed 000, joint symmetries", gpt_symmetry_equivariance),
-    Property("mup_step_size", "||dW||_2 = lr sqrt(fan_out/fan_in) (exact msign)", "seed 001, seed 003",
+             "post 000, joint symmetries", gpt_symmetry_equivariance),
+    Property("mup_step_size", "||dW||_2 = lr sqrt(fan_out/fan_in) (exact msign)", "post 001, post 003",
              mup_step_size),
     Property("averaging_identities", "mu_t = mean of the iterates; y = (1-beta) z + beta x",
-             "seed 004, eqs. (2) and (18)", averaging_identities),
+             "post 004, eqs. (2) and (18)", averaging_identities),
     Property("purity", "inputs untouched", "refopt's pure API", purity),
     Property("determinism", "same inputs, same bits", "structural", determinism),
     Property("bit_identical_resume", "checkpoint + resume = straight run, bit for bit", "structural",
