@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import platform
+import sys
 from importlib import metadata
 
 import numpy as np
@@ -63,13 +64,26 @@ def prepare_out(path: str, check_run: bool = False, overwrite: bool = False) -> 
     return path
 
 
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (a tutorial run as a notebook, by Jupyter, nbconvert or the docs build)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
 def parse_script_args(ap, argv=None):
-    """``ap.parse_args(argv)`` for a script that also runs as a notebook (the tutorials): the ``-f FILE``
-    a Jupyter kernel appends to ``sys.argv`` is ignored; any other unknown argument is an error (exit 2
-    naming it, as argparse does), so a mistyped option never silently runs the defaults."""
+    """``ap.parse_args(argv)`` for a script that also runs as a notebook (the tutorials). Inside a Jupyter
+    kernel with ``argv`` None, ``sys.argv`` holds the kernel's own arguments (``-f FILE``,
+    ``--HistoryManager.hist_file=:memory:``, ...), not the tutorial's: the defaults are used. From the
+    command line any unknown argument is an error (exit 2 naming it, as argparse does), so a mistyped
+    option never silently runs the defaults."""
+    if argv is None and in_notebook():
+        return ap.parse_args([])
     a, unknown = ap.parse_known_args(argv)
     extra = [u for i, u in enumerate(unknown) if u != "-f" and not (i and unknown[i - 1] == "-f")]
-    if extra:
+    if extra:   # (a kernel's "-f FILE" passed on is ignored)
         ap.error(f"unrecognized arguments: {' '.join(extra)}")
     return a
 
