@@ -88,6 +88,46 @@ def parse_script_args(ap, argv=None):
     return a
 
 
+#: the environment variable that sets the tutorials' output folder (the docs build and the tests set it)
+TUTORIAL_OUT_ENV = "REFOPT_TUTORIAL_OUT"
+
+
+def tutorial_out(default: str = "runs/tutorials") -> str:
+    """The tutorials' output folder: ``$REFOPT_TUTORIAL_OUT`` when set, else ``default``."""
+    return os.environ.get(TUTORIAL_OUT_ENV) or default
+
+
+def save_figure(fig, out: str, name: str, dpi: int = 100) -> str:
+    """Write ``fig`` to ``OUT/NAME.png`` and return the path. Run as a script the figure is then closed; in a
+    notebook it stays open, so that Jupyter shows it inline below the cell."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"{name}.png")
+    fig.savefig(path, dpi=dpi)
+    if not in_notebook():
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+    return path
+
+
+def save_results(out: str, name: str, results: dict) -> str:
+    """Write a tutorial's measured numbers (a JSON-able dict; numpy scalars and arrays are converted) to
+    ``OUT/NAME.json`` and return the path: the tests read the numbers of the very run the docs show."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"{name}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=1, sort_keys=True, default=_results_jsonable)
+        f.write("\n")
+    return path
+
+
+def _results_jsonable(o):
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON-serialisable")
+
+
 def package_versions(names=("refopt", "numpy", "numba", "scipy", "scikit-learn", "matplotlib", "mkl")) -> dict:
     out = {"python": platform.python_version()}
     for n in names:
