@@ -1,0 +1,34 @@
+"""The single execution of each tutorial in a test session, shared by the tests that assert its claims.
+
+``run(name, tmp_root)`` executes ``tutorials/<name>.py`` once per test session with ``REFOPT_TUTORIAL_OUT``
+set to a folder of its own and returns ``(folder, results)``: the tutorial writes ``<name>.png`` and
+``<name>.json`` (its measured numbers, :func:`refopt.cli.output.save_results`) there. When the docs build
+has already executed the tutorials as notebooks into one folder, ``REFOPT_TUTORIAL_RESULTS`` names that
+folder and nothing runs again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DONE: dict = {}
+
+
+def run(name: str, tmp_root: str) -> tuple[str, dict]:
+    if name not in _DONE:
+        built = os.environ.get("REFOPT_TUTORIAL_RESULTS")
+        if built and os.path.isfile(os.path.join(built, f"{name}.json")):
+            out = built
+        else:
+            out = os.path.join(tmp_root, name)
+            env = {**os.environ, "REFOPT_TUTORIAL_OUT": out, "MPLBACKEND": "Agg"}
+            proc = subprocess.run([sys.executable, os.path.join(ROOT, "tutorials", f"{name}.py")], env=env,
+                                  cwd=ROOT, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"tutorials/{name}.py failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        with open(os.path.join(out, f"{name}.json"), encoding="utf-8") as f:
+            _DONE[name] = (out, json.load(f))
+    return _DONE[name]
