@@ -15,9 +15,18 @@ from refopt.autograd import check_grad_fn, check_grads, check_grads_per_leaf, gr
 from refopt.checkpoint import Checkpoint, CheckpointError, load, save
 from refopt.core import OptState, Rule, direction, eval_params, init, update, update_
 from refopt.linalg import msign
-from refopt.rules import (EMA, SGD, Adam, AdamW, Average, ClipByGlobalNorm, Covariant, Hyperball, Lion, Muon,
-                          Partition, RefoptWarning, ScheduleFreeAdamW, ScheduleFreeSGD, matrix_labels)
-from refopt.rules.lr_table import LRTable  # (post 002: a recorded lr per array and step)
+from refopt import rules as _rules
+from refopt.rules import RefoptWarning, matrix_labels
+
+globals().update({c.__name__: c for c in _rules.exported_rules()})   # every rule class of refopt/rules/
+
+
+def like(peer: str, **kwargs):
+    """The refopt rule that reproduces the peer call ``peer(**kwargs)``, with the peer's own argument names
+    and defaults: ``refopt.like("torch.optim.AdamW", lr=1e-3, weight_decay=0.1)``,
+    ``refopt.like("optax.adamw", learning_rate=1e-3)``. See :func:`refopt.conventions.like`."""
+    from refopt.conventions import like as _like
+    return _like(peer, **kwargs)
 
 __version__ = "0.1.0"
 
@@ -40,7 +49,6 @@ __all__ = [
     "tree", "autograd", "schedules", "value_and_grad", "grad", "check_grads", "check_grads_per_leaf", "check_grad_fn",
     "OptState", "Rule", "init", "update", "update_", "direction", "eval_params", "save", "load", "Checkpoint",
     "CheckpointError", "msign",
-    "SGD", "Adam", "AdamW", "Lion", "Muon", "Hyperball", "Covariant", "Average", "EMA", "ClipByGlobalNorm", "LRTable",
-    "ScheduleFreeSGD", "ScheduleFreeAdamW", "Partition", "RefoptWarning", "gpt_labels", "matrix_labels", "mlp_labels",
-    "__version__",
+    *(c.__name__ for c in _rules.exported_rules()), "like", "RefoptWarning", "gpt_labels", "matrix_labels",
+    "mlp_labels", "__version__",
 ]

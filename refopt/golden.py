@@ -55,87 +55,22 @@ class GoldenError(ValueError):
 
 @dataclass(frozen=True)
 class GoldenCase:
-    """One rule configuration of the golden catalog. ``matrix_only``: the rule takes matrices only."""
+    """One rule configuration of the golden catalog. ``matrix_only``: the rule takes matrices only;
+    ``problems``: the problems the case is defined on (None: all; e.g. a table of per-array lrs names the
+    arrays of some problems only)."""
 
     name: str
     make_rule: Callable[[], Any]
     conventions: str
     state_fields: tuple[str, ...] = ()
     matrix_only: bool = False
+    problems: tuple[str, ...] | None = None
 
 
 def _catalog() -> list[GoldenCase]:
-    from refopt.rules.adam import Adam, AdamW
-    from refopt.rules.averaging import EMA, Average
-    from refopt.rules.covariant import Covariant
-    from refopt.rules.hyperball import Hyperball
-    from refopt.rules.muon import Muon
-    from refopt.rules.partition import Partition, matrix_labels
-    from refopt.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
-    from refopt.rules.sgd import SGD
-    from refopt.schedules import warmup_cosine
-
-    sgd, adam, sf_sgd, sf_adamw, muon = ("b",), ("m", "v"), ("z", "x"), ("z", "x", "v"), ("m",)
-    return [
-        GoldenCase("sgd", lambda: SGD(lr=0.1), "plain SGD"),
-        GoldenCase("sgd_momentum", lambda: SGD(lr=0.05, momentum=0.9), "heavy-ball b = mu b + g, b_1 = g_1", sgd),
-        GoldenCase("sgd_momentum_dampening_wd", lambda: SGD(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=1e-2),
-                   "torch SGD: L2 in g, first buffer undampened", sgd),
-        GoldenCase("sgd_nesterov_wd", lambda: SGD(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
-                   "torch SGD Nesterov u = g + mu b", sgd),
-        GoldenCase("adam", lambda: Adam(lr=1e-2), "Adam, eps after sqrt(vhat) (E1), t from 1", adam),
-        GoldenCase("adam_l2", lambda: Adam(lr=1e-2, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=1e-2),
-                   "Adam with L2 weight decay in g", adam),
-        GoldenCase("adamw", lambda: AdamW(lr=1e-2), "AdamW torch defaults: wd 1e-2 decoupled, lr-coupled", adam),
-        GoldenCase("adamw_wd1e-4", lambda: AdamW(lr=1e-2, weight_decay=1e-4), "AdamW with optax's default wd", adam),
-        GoldenCase("adamw_wd0.1_b0.95", lambda: AdamW(lr=3e-2, beta1=0.9, beta2=0.95, weight_decay=0.1),
-                   "AdamW, decay on the pre-update x", adam),
-        GoldenCase("adamw_independent", lambda: AdamW(lr=1e-2, weight_decay=1e-3, wd_mode="independent"),
-                   "AdamW with lr-free (independent) decay x(1 - gamma_t wd)", adam),
-        GoldenCase("adamw_warmup_cosine", lambda: AdamW(lr=1e-2, schedule=warmup_cosine(3, 20, 0.1)),
-                   "AdamW with a warmup-cosine schedule gamma_t (t from 1)", adam),
-        GoldenCase("muon_torch", lambda: Muon.like_torch(lr=0.02), "torch.optim.Muon conventions (on the "
-                   "transposed arrays), Newton-Schulz in the param dtype", muon, True),
-        GoldenCase("muon_torch_rms", lambda: Muon.like_torch(lr=0.02, weight_decay=0.05, adjust_lr_fn="match_rms_adamw"),
-                   "torch Muon match_rms_adamw = rms_match", muon, True),
-        GoldenCase("muon_optax", lambda: Muon.like_optax(0.02), "optax.contrib.muon conventions", muon, True),
-        GoldenCase("muon_optax_wd_rms", lambda: Muon.like_optax(0.02, beta=0.9, weight_decay=0.1, consistent_rms=0.2),
-                   "optax muon consistent_rms=0.2, wd 0.1", muon, True),
-        GoldenCase("muon_spectral", lambda: Muon(lr=0.02), "refopt default Muon: spectral scale, exact "
-                   "normalisation", muon, True),
-        GoldenCase("muon_svd", lambda: Muon(lr=0.02, msign="svd", weight_decay=0.01), "exact msign by SVD", muon, True),
-        GoldenCase("muon_polar_express", lambda: Muon(lr=0.02, ns_coeffs="polar_express", ns_steps=8),
-                   "Polar Express coefficients", muon, True),
-        GoldenCase("sf_sgd", lambda: ScheduleFreeSGD(lr=0.5, beta=0.9), "Schedule-Free SGD (FB reference)", sf_sgd),
-        GoldenCase("sf_sgd_wd", lambda: ScheduleFreeSGD(lr=0.5, beta=0.8, weight_decay=1e-2),
-                   "Schedule-Free SGD with L2 at y", sf_sgd),
-        GoldenCase("sf_sgd_warmup_r_wd", lambda: ScheduleFreeSGD(lr=0.5, beta=0.8, weight_decay=1e-2, warmup_steps=5,
-                                                                 r=0.5, weight_lr_power=1.0),
-                   "Schedule-Free SGD, warmup (k+1)/W, r, weight_lr_power", sf_sgd),
-        GoldenCase("sf_adamw", lambda: ScheduleFreeAdamW(lr=0.05), "Schedule-Free AdamW (FB reference HEAD)", sf_adamw),
-        GoldenCase("sf_adamw_wd", lambda: ScheduleFreeAdamW(lr=0.05, weight_decay=1e-2), "Schedule-Free AdamW, wd at y",
-                   sf_adamw),
-        GoldenCase("sf_adamw_warmup_decay_at_z", lambda: ScheduleFreeAdamW(lr=0.05, beta1=0.8, beta2=0.99,
-                                                                          weight_decay=0.05, warmup_steps=4,
-                                                                          decay_at_z=True, r=1.0),
-                   "Schedule-Free AdamW, decay at z, warmup, r", sf_adamw),
-        GoldenCase("ema_sgd_momentum", lambda: EMA(SGD(lr=0.05, momentum=0.9), decay=0.9),
-                   "debiased EMA of the iterates (optax.ema fed the iterates)", ("mu", "base.b")),
-        GoldenCase("average_adam", lambda: Average(Adam(lr=1e-2)), "uniform average of the iterates (1/t)",
-                   ("mu", "base.m", "base.v")),
-        # issue 11: Covariant (= optax.lamb / optax.lars without momentum), Hyperball, Partition
-        GoldenCase("covariant_adam", lambda: Covariant(Adam(eps=1e-6), lr=1e-2),
-                   "Covariant(Adam): W - lr ||W|| u/||u|| (post 000, eq. elr-u) = optax.lamb(weight_decay=0)",
-                   ("base.m", "base.v")),
-        GoldenCase("covariant_sgd", lambda: Covariant(SGD(weight_decay=1e-3), lr=1e-2),
-                   "Covariant(SGD) with L2 in g (eq. elr-g) = optax.lars(momentum=0, trust_coefficient=1)"),
-        GoldenCase("hyperball_muon", lambda: Hyperball(Muon(lr=0.02), lr=0.05),
-                   "MuonH: W <- R N(W - lr R N(u)), R = ||W_0||_F (post 000 Hyperball, post 002)", ("base.m",),
-                   True),
-        GoldenCase("partition_muon_adamw", lambda: Partition({"hidden": Muon(lr=0.02), "other": AdamW(lr=1e-2)},
-                                                             labels=matrix_labels),
-                   "Partition: Muon on the matrices, AdamW on the rest (optax.contrib.muon's split)"),
-    ]
+    """Every golden case of the conventions files (:mod:`refopt.conventions`), in file order."""
+    from refopt.conventions import registry
+    return [g for c in registry().values() for g in c.golden]
 
 
 #: the golden catalog (built on first use: the rule modules load lazily)
@@ -313,7 +248,7 @@ def export(out_dir: str, cases: list[str] | None = None, problems=("quadratic", 
         if n not in names:
             raise ValueError(f"unknown golden case {n!r}; choose from {names}")
     return [export_case(out_dir, c, p, steps, dtype, seed) for c in cat if not cases or c.name in cases
-            for p in problems]
+            for p in problems if c.problems is None or p in c.problems]
 
 
 #: The small set committed under tests/golden/ (a drift guard for refopt itself, ~350 KB):

@@ -1,35 +1,28 @@
 """One list of every rule configuration, for the generic tests (``test_rules_generic.py``).
 
-Each rule family contributes a module ``tests/catalog_<family>.py`` defining ``CASES``, a list of
-:class:`Case`. This module gathers them all, so adding a rule never means editing a shared file.
+Each rule's conventions file (refopt/conventions/<rule>.py) lists its configurations as ``examples``
+(:class:`refopt.conventions.Example`); this module gathers them all from the registry, so adding a rule never
+means editing a shared file.
 """
 from __future__ import annotations
 
-import glob
-import importlib
-import os
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
+from refopt.conventions._spec import example_params
+
 
 def mixed_params(dtype=np.float64, seed=0) -> dict:
     """A small tree with matrices of both orientations, a vector and a nested list."""
-    rng = np.random.default_rng(seed)
-    return {
-        "layers": [
-            {"w": rng.standard_normal((5, 3)).astype(dtype), "b": rng.standard_normal(3).astype(dtype)},
-            {"w": rng.standard_normal((3, 4)).astype(dtype), "b": rng.standard_normal(4).astype(dtype)},
-        ],
-        "scale": rng.standard_normal((2, 2)).astype(dtype),
-    }
+    return example_params("mixed", dtype, seed)
 
 
 def matrix_params(dtype=np.float64, seed=0) -> dict:
     """Only 2-D leaves (for rules such as Muon that take matrices only)."""
-    rng = np.random.default_rng(seed)
-    return {"w1": rng.standard_normal((6, 4)).astype(dtype), "w2": rng.standard_normal((4, 7)).astype(dtype)}
+    return example_params("matrix", dtype, seed)
 
 
 @dataclass
@@ -51,11 +44,10 @@ class Case:
 
 
 def all_cases() -> list[Case]:
-    here = os.path.dirname(__file__)
-    cases: list[Case] = []
-    for path in sorted(glob.glob(os.path.join(here, "catalog_*.py"))):
-        mod = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
-        cases.extend(mod.CASES)
+    from refopt.conventions import registry
+
+    cases = [Case(e.name, e.make_rule, functools.partial(example_params, e.params), e.converges, e.quad_steps, e.note,
+                  dict(e.extra)) for c in registry().values() for e in c.examples]
     names = [c.name for c in cases]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

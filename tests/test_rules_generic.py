@@ -1,4 +1,4 @@
-"""Generic tests run on every rule configuration of the catalog (``tests/catalog_*.py``).
+"""Generic tests run on every rule configuration of the catalog (``tests/catalog.py``: the ``examples`` of the conventions files).
 
 For each :class:`catalog.Case`:
 

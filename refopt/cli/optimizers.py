@@ -128,6 +128,29 @@ OPTIMIZERS = {
                  "AdamW with an EMA of the iterates for evaluation (--ema-decay; post 004)"),
 }
 
+def _registry_entry(cli):
+    """An :class:`Entry` for a command-line name declared in a conventions file (:class:`refopt.conventions.
+    CliName`): the rule built from --lr, the schedule, --weight-decay when the rule has it, and the options
+    ``cli.options`` maps to rule fields, each only when given on the command line (else the rule's default)."""
+    def build(a, lr, sched, labels):
+        given = getattr(a, "explicit_options", set())
+        fields = {"lr": lr, "schedule": sched}
+        if "weight_decay" in cli.rule.__dataclass_fields__ and a.weight_decay is not None:
+            fields["weight_decay"] = a.weight_decay
+        fields.update({f: getattr(a, dest) for f, dest in cli.options.items() if dest in given})
+        return _make(cli.rule, {f: "--" + dest.replace("_", "-") for f, dest in cli.options.items()}, **fields)
+    return Entry(build, dict(cli.lr), cli.help)
+
+
+def _registry_names() -> dict:
+    from refopt.conventions import registry
+    return {n.name: n for c in registry().values() for n in c.cli}
+
+
+#: the names declared by the conventions files (refopt/conventions/<rule>.py, ``cli=``)
+REGISTRY_NAMES = _registry_names()
+OPTIMIZERS.update({name: _registry_entry(cli) for name, cli in REGISTRY_NAMES.items() if name not in OPTIMIZERS})
+
 #: Schedule-Free rules carry their own warmup and must not get an lr schedule on top
 SCHEDULE_FREE = ("schedulefree-sgd", "schedulefree-adamw")
 
@@ -151,12 +174,18 @@ def _named(*names):
 #: which optimizers use an option: ``dest -> predicate(name, args)``; options not listed (--lr,
 #: --weight-decay, --warmup) apply to every optimizer. An option given on the command line that no
 #: chosen optimizer uses is an error (:func:`check_options`), never silently recorded in config.json.
+def _registry_uses(dest):
+    """The names of the conventions files whose options include ``dest``."""
+    return lambda name, a: name in REGISTRY_NAMES and dest in REGISTRY_NAMES[name].options.values()
+
+
 USED_BY = {
-    "momentum": _any(_named("sgd"), _covariant_over("sgd")),
+    "momentum": _any(_named("sgd"), _covariant_over("sgd"), _registry_uses("momentum")),
     "nesterov": _any(_named("sgd"), _covariant_over("sgd")),
-    "beta1": _any(_named("adam", "adamw", "average", "ema"), _partitioned),
-    "beta2": _any(_named("adam", "adamw", "average", "ema", "schedulefree-adamw"), _partitioned),
-    "eps": _any(_named("adam", "adamw", "average", "ema", "schedulefree-adamw"), _partitioned),
+    "beta1": _any(_named("adam", "adamw", "average", "ema"), _partitioned, _registry_uses("beta1")),
+    "beta2": _any(_named("adam", "adamw", "average", "ema", "schedulefree-adamw"), _partitioned,
+                  _registry_uses("beta2")),
+    "eps": _any(_named("adam", "adamw", "average", "ema", "schedulefree-adamw"), _partitioned, _registry_uses("eps")),
     "wd_mode": _any(_named("adamw", "average", "ema"), _partitioned),
     "adam_lr": _partitioned,
     "muon_momentum": _any(_named("muon", "muonh"), _covariant_over("muon")),

@@ -12,6 +12,8 @@ NAME is resolved dynamically, at parse time, among
 * refopt's public rule classes: every name in ``refopt.__all__`` bound to a subclass of
   :class:`refopt.core.Rule` (so rules added later, e.g. Lion, work without editing this module), and
   their ``like_*`` preset constructors (``Muon.like_torch``, ``Muon.like_optax``);
+* ``like(PEER, **peer_kwargs)`` (:func:`refopt.like`): the rule that reproduces a peer's call, e.g.
+  ``like("torch.optim.RMSprop", lr=0.01, centered=True)``;
 * the public constructors of :mod:`refopt.schedules` (its ``Schedule`` subclasses and the functions
   returning one, e.g. ``warmup_cosine(3, 20, 0.1)``);
 * as bare values, refopt's public label functions (``matrix_labels``, ``gpt_labels``, ``mlp_labels``).
@@ -55,6 +57,7 @@ def constructors() -> dict[str, Callable]:
             kinds[name] = obj
     for name, obj in kinds.items():
         out.setdefault(name, obj)
+    out["like"] = refopt.like          # like("torch.optim.RMSprop", lr=0.01): a peer call's refopt rule
     for name in dir(schedules):      # functions building a concrete schedule (e.g. warmup_cosine -> Join)
         obj = getattr(schedules, name)
         if not name.startswith("_") and inspect.isfunction(obj) and obj.__module__ == schedules.__name__ \

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple
 
 import numba
@@ -219,35 +219,27 @@ class Muon(Rule):
 
     # ---- presets reproducing the peers -------------------------------------------------------------
     @classmethod
-    def like_torch(cls, lr: float = 1e-3, weight_decay: float = 0.1, momentum: float = 0.95,
-                   nesterov: bool = True, ns_coefficients=(3.4445, -4.7750, 2.0315), eps: float = 1e-7,
-                   ns_steps: int = 5, adjust_lr_fn: str | None = None, **kw) -> "Muon":
-        """torch.optim.Muon's defaults and conventions (CONVENTIONS.md 1.3): EMA + standard Nesterov,
-        X/max(||X||_F, eps), decoupled decay with the unadjusted lr, scale 'jordan' ('original') or
-        'rms_match' ('match_rms_adamw'). Apply it to the TRANSPOSES of torch's (out, in) arrays.
-        torch runs Newton-Schulz in bfloat16; refopt in the parameter dtype."""
-        _checks.one_of("adjust_lr_fn", adjust_lr_fn, {None, "original", "match_rms_adamw"})
-        return cls(lr=lr, momentum=momentum, nesterov=nesterov, ns_coeffs=ns_coefficients, ns_steps=ns_steps,
-                   scale="rms_match" if adjust_lr_fn == "match_rms_adamw" else "jordan",
-                   weight_decay=weight_decay, wd_mode="decoupled", nesterov_mode="standard",
-                   eps_mode="clamp", norm_eps=eps, **kw)
+    def like_torch(cls, lr: float = 1e-3, **kw) -> "Muon":
+        """``refopt.like("torch.optim.Muon", lr=lr, ...)`` (torch's argument names and defaults; the mapping
+        is in refopt/conventions/muon.py); refopt fields (e.g. ``schedule``) may be given too. Apply it to
+        the TRANSPOSES of torch's (out, in) arrays; torch runs Newton-Schulz in bfloat16, refopt in the
+        parameter dtype."""
+        return cls._like("torch.optim.Muon", dict(lr=lr, **kw))
 
     @classmethod
-    def like_optax(cls, learning_rate: float, ns_coeffs=(3.4445, -4.7750, 2.0315), ns_steps: int = 5,
-                   beta: float = 0.95, eps: float = 1e-8, weight_decay: float = 0.0, nesterov: bool = True,
-                   consistent_rms: float | None = None, **kw) -> "Muon":
-        """optax.contrib.muon's Muon branch (CONVENTIONS.md 2.4; preconditioning='frobenius',
-        adaptive=False): EMA + bias-corrected (NAdam) Nesterov, X/(||X||_F + eps), scale
-        sqrt(max(1, fan_out/fan_in)) on optax's (in, out) = refopt's layout ('jordan'), or
-        consistent_rms=0.2 ('rms_match'; other values are not supported), decoupled decay. optax's
-        'dion' preset is 'you' here; with an (n, 3) list optax runs exactly n steps: pass ns_steps=n."""
-        if consistent_rms not in (None, 0.2):
-            raise ValueError(f"like_optax supports consistent_rms None or 0.2, got {consistent_rms!r}")
-        presets = {"standard": "jordan", "dion": "you"}
-        ns_coeffs = presets.get(ns_coeffs, ns_coeffs) if isinstance(ns_coeffs, str) else ns_coeffs
-        return cls(lr=learning_rate, momentum=beta, nesterov=nesterov, ns_coeffs=ns_coeffs, ns_steps=ns_steps,
-                   scale="jordan" if consistent_rms is None else "rms_match", weight_decay=weight_decay,
-                   wd_mode="decoupled", nesterov_mode="bias_corrected", eps_mode="add", norm_eps=eps, **kw)
+    def like_optax(cls, learning_rate: float, **kw) -> "Muon":
+        """``refopt.like("optax.contrib.muon", learning_rate=..., ...)`` (optax's argument names and
+        defaults; refopt/conventions/muon.py); refopt fields (e.g. ``schedule``) may be given too."""
+        return cls._like("optax.contrib.muon", dict(learning_rate=learning_rate, **kw))
+
+    @classmethod
+    def _like(cls, peer: str, kw: dict) -> "Muon":
+        from refopt.conventions import peers
+        mapping = peers()[peer]
+        own = {k: kw.pop(k) for k in list(kw) if k in cls.__dataclass_fields__ and k not in mapping.defaults
+               and k not in mapping.required}
+        rule = mapping.rule(**kw)
+        return replace(rule, **own) if own else rule
 
     # ---- hooks ----------------------------------------------------------------------------------------
     def init_leaf(self, x, path):

@@ -49,133 +49,22 @@ from __future__ import annotations
 __all__ = ["expected", "EXPECTED_TABLES"]
 
 
-def _name(rule) -> str:
-    return type(rule).__name__
-
-
-def _grad_scale(rule) -> bool:
-    n = _name(rule)
-    if n in ("Adam", "AdamW"):               # m/sqrt(v): degree 0 in g (eps -> 0); L2 adds lambda x to g
-        return not (n == "Adam" and rule.weight_decay > 0)
-    if n == "ScheduleFreeAdamW":             # Adam's ratio again; its decay enters the gradient point
-        return rule.weight_decay == 0
-    if n == "Muon":                          # msign(c M) = msign(M); decay multiplies x, not g
-        return True
-    if n == "Lion":                          # sign(b1 c m + (1-b1) c g) = sign(b1 m + (1-b1) g); decay x only
-        return True
-    if n in ("Covariant", "Hyperball"):      # u/||u||: a base direction homogeneous in g suffices
-        return _normalisable(rule.base)
-    if n in ("EMA", "Average"):              # an average of the base's iterates
-        return _grad_scale(rule.base)
-    if n == "Partition":                     # each array follows one sub-rule
-        return all(_grad_scale(r) for r in rule.rules.values())
-    if n == "ClipByGlobalNorm":              # g_t min(1, M/(N_t + eps)): active or not per step, by c
-        return _step_scale_free(rule.base)
-    return False
-
-
-def _step_scale_free(rule) -> bool:
-    """The steps ignore a separate positive scale c_t > 0 of each step's gradient (what ClipByGlobalNorm
-    needs: its factor min(1, M/(c N_t + eps)) gives c g_t at some steps and M g_t/(N_t + eps) at others, so
-    an accumulated m or v mixes the steps in another ratio and a merely scale-invariant base is not
-    enough). Holds when each step sees only g_t's direction: Lion with beta1 = 0 (sign(g_t)), Muon with
-    momentum 0 (msign(g_t)), Adam/AdamW with beta1 = beta2 = 0 (g/|g|, eps -> 0), Covariant/Hyperball of
-    SGD without momentum or L2 (g_t/||g_t||) or of such a base, wrappers of such bases."""
-    n = _name(rule)
-    if n == "Lion":
-        return rule.beta1 == 0
-    if n == "Muon":
-        return rule.momentum == 0
-    if n in ("Adam", "AdamW"):
-        return rule.beta1 == 0 and rule.beta2 == 0 and _grad_scale(rule)
-    if n in ("Covariant", "Hyperball"):
-        b = rule.base
-        return _step_scale_free(b) or (_name(b) == "SGD" and b.weight_decay == 0 and b.momentum == 0)
-    if n in ("EMA", "Average", "ClipByGlobalNorm"):
-        return _step_scale_free(rule.base)
-    if n == "Partition":
-        return all(_step_scale_free(r) for r in rule.rules.values())
-    return False
-
-
-def _normalisable(base) -> bool:
-    """u(c g) = c^k u(g) for c > 0: scale-invariant bases and SGD without L2 (k = 1, eq. elr-g)."""
-    return _grad_scale(base) or (_name(base) == "SGD" and base.weight_decay == 0)
-
-
-def _orthogonal(rule) -> bool:
-    n = _name(rule)
-    if n in ("SGD", "Muon", "ScheduleFreeSGD"):
-        return True
-    if n == "Covariant":
-        return rule.norm in ("fro", "rms") and _orthogonal(rule.base)
-    if n in ("Hyperball", "EMA", "Average"):
-        return _orthogonal(rule.base)
-    if n == "ClipByGlobalNorm":              # sum ||U G V^T||_F^2 = sum ||G||_F^2: the same factor
-        return _orthogonal(rule.base)
-    return False
-
-
-def _elementwise(rule) -> bool:
-    n = _name(rule)
-    if n in ("SGD", "Adam", "AdamW", "ScheduleFreeSGD", "ScheduleFreeAdamW", "Lion"):
-        return True                          # each entry's step reads only that entry's x, g and state
-    if n in ("Covariant", "Hyperball", "EMA", "Average"):
-        return _elementwise(rule.base)       # ||P a|| = ||a|| for the per-array norms; averages entrywise
-    if n == "ClipByGlobalNorm":              # N = sqrt(sum g^2) is the same for P g: one scalar factor
-        return _elementwise(rule.base)
-    if n == "Partition":
-        return all(_elementwise(r) for r in rule.rules.values())
-    return False
-
-
-def _covariant(rule) -> bool:
-    n = _name(rule)
-    if n == "Covariant":
-        return _normalisable(rule.base)
-    if n == "Hyperball":
-        return rule.radius is None and _normalisable(rule.base)
-    return False
-
-
-def _exact_scale_free(rule) -> bool:
-    """Gradient-scale invariant with no eps: Covariant/Hyperball of SGD (no L2) or Muon (eps_mode none)."""
-    n = _name(rule)
-    if n == "SGD":
-        return rule.weight_decay == 0
-    if n == "Muon":
-        return rule.eps_mode == "none"
-    if n in ("Covariant", "Hyperball"):
-        return _exact_scale_free(rule.base)
-    return False
-
-
-def _covariant_exact(rule):
-    """Covariance along a closed loop (reparametrization, the GPT's symmetries): gradients there come
-    near 0 (at the optimum, in unused embedding rows), where Adam's eps dominates, so only eps-free bases
-    are stated (Adam bases: None)."""
-    if not _covariant(rule):
-        return False
-    return True if _exact_scale_free(rule) else None
-
-
-def _mup(rule) -> bool:
-    return _name(rule) == "Muon" and rule.msign == "svd" and rule.scale == "spectral"
-
-
 def expected(rule) -> dict:
-    """{property name: True (holds) | False (fails) | None (not stated)} for ``rule``."""
+    """{property name: True (holds) | False (fails) | None (not stated)} for ``rule``, from the invariance
+    facts its conventions file states (:func:`refopt.conventions.facts`; the reasons above)."""
+    from refopt.conventions import facts
+
+    f = facts(rule)
+    covariant_exact = (True if f["exact_scale_free"] else None) if f["covariant"] else False
     return {
-        "gradient_scale_invariance": _grad_scale(rule),
-        "parameter_scale_covariance": _covariant(rule),
-        "orthogonal_equivariance": _orthogonal(rule),
-        "permutation_equivariance": _elementwise(rule),
-        "reparametrization_covariance": _covariant_exact(rule),
-        "gpt_symmetry_equivariance": _covariant_exact(rule),
-        "mup_step_size": _mup(rule),
-        "averaging_identities": True if _name(rule) == "Average" or (
-            _name(rule).startswith("ScheduleFree") and rule.schedule is None and not rule.warmup_steps
-            and rule.r == 0 and rule.weight_lr_power in (0.0, 2.0)) else None,
+        "gradient_scale_invariance": f["grad_scale"],
+        "parameter_scale_covariance": f["covariant"],
+        "orthogonal_equivariance": f["orthogonal"],
+        "permutation_equivariance": f["elementwise"],
+        "reparametrization_covariance": covariant_exact,
+        "gpt_symmetry_equivariance": covariant_exact,
+        "mup_step_size": f["mup"],
+        "averaging_identities": f["averaging"],
         "purity": True,
         "determinism": True,
         "bit_identical_resume": True,

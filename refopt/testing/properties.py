@@ -455,11 +455,13 @@ def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np
     Average: mu_t = (1 - 1/t) mu_{t-1} + (1/t) theta_t, i.e. the mean of the iterates (eq. 2, c_t = 1/t);
     Schedule-Free (constant lr, no warmup, r = 0): x_t = mean of z_1..z_t (eq. 18's mu with c = 1/t)
     and the gradient point y_t = (1 - beta) z_t + beta x_t. err: max-norm relative difference."""
+    from refopt.conventions import facts
+    from refopt.core import Rule
+    from refopt.rules.averaging import Average
+
     rule = getattr(adapter, "rule", None)
-    name = type(rule).__name__
-    sf = name.startswith("ScheduleFree") and rule.schedule is None and not rule.warmup_steps and rule.r == 0 \
-        and rule.weight_lr_power in (0.0, 2.0)
-    if not (name == "Average" or sf):
+    average = isinstance(rule, Average)
+    if not isinstance(rule, Rule) or not facts(rule)["averaging"]:
         return Outcome("averaging_identities", None, note="needs the averaged weights of a refopt Average or "
                                                           "Schedule-Free rule")
     beta = getattr(rule, "beta", getattr(rule, "beta1", None))
@@ -471,7 +473,7 @@ def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np
         for g in case["grads"]:
             x, s = adapter.step(s, x, g)
             st = adapter.state_arrays(s)
-            if name == "Average":
+            if average:
                 seen.append([np.array(a, np.float64, copy=True) for a in x])
                 mean = [np.mean([v[i] for v in seen], axis=0) for i in range(len(x))]
                 got = st["mu"]

@@ -1,0 +1,108 @@
+"""Average and EMA of the iterates (refopt/rules/averaging.py): optax.ema averages updates, refopt's EMA
+iterates; optax.ema(decay, debias=True) fed the iterates of optax.sgd is refopt's EMA (CONVENTIONS.md 2.6,
+PITFALLS B16; post 004, eq. (2))."""
+from __future__ import annotations
+
+import numpy as np
+
+from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, copy_state, scalar
+from refopt.golden import GoldenCase
+from refopt.rules.adam import Adam, AdamW
+from refopt.rules.averaging import EMA, Average
+from refopt.rules.sgd import SGD
+
+
+class AveragingOracle(Oracle):
+    """The base rule's oracle steps x; beside it mu_t = (1 - c_t) mu_{t-1} + c_t x_t (post 004, eq. (2)) with
+    c_t = 1/t (Average) or, for EMA with beta = decay: c_t = (1 - beta)/(1 - beta^t) (debias: the zero-init
+    EMA divided by 1 - beta^t), 1 - beta from mu_0 = x_0 (debias=False), or mu_1 = x_1 then 1 - beta
+    (start='after_first_step'). Switches: ``debias``, ``start``."""
+
+    def __init__(self, rule, name=None, **sw):
+        from refopt.conventions import oracle
+        super().__init__(rule, name, **sw)
+        self.base = sw.get("base") or oracle(rule.base)
+        self.debias = sw.get("debias", getattr(rule, "debias", None))
+        self.start = sw.get("start", getattr(rule, "start", None))
+
+    def init_leaf(self, x, path):
+        return {"mu": np.array(x, copy=True), "base": self.base.init_leaf(x, path)}
+
+    def step_leaf(self, t, s, x, g, path):
+        base = copy_state(s["base"])
+        x = self.base.step_leaf(t, base, x, g, path)
+        s["base"] = base
+        if isinstance(self.rule, Average):
+            c = 1.0 / t
+        else:
+            b = self.rule.decay
+            if self.start == "after_first_step":
+                c = 1.0 if t == 1 else 1.0 - b
+            elif not self.debias:
+                c = 1.0 - b
+            else:
+                c = (1.0 - b) / (1.0 - b ** t)
+        s["mu"] = scalar(1.0 - c, x.dtype) * s["mu"] + scalar(c, x.dtype) * x
+        return x
+
+
+def variants(rule):
+    from refopt.crosscheck.variants import base_variants, oracle_variant as v
+
+    out = []
+    if isinstance(rule, EMA):
+        out.append(v(rule, "EMA debias flipped", "debiased (zero start) vs started at x0", debias=not rule.debias,
+                     start="x0" if rule.debias else rule.start))
+        for start in ("x0", "after_first_step"):
+            if start != rule.start:
+                out.append(v(rule, f"EMA start='{start}'", "where the average starts", start=start, debias=False))
+    return out + base_variants(rule)
+
+
+def facts(rule, of):
+    """An average of the base's iterates inherits the base's invariances; the uniform average is post 004's
+    eq. (2) with c_t = 1/t."""
+    b = of(rule.base)
+    out = {k: b[k] for k in ("grad_scale", "step_scale_free", "orthogonal", "elementwise")}
+    if isinstance(rule, Average):
+        out["averaging"] = True
+    return out
+
+
+OPTAX_EMA = PeerMapping("optax.ema", "optax", "ema", dict(debias=True, momentum=None),
+                        lambda decay, debias, learning_rate, momentum: EMA(
+                            SGD(lr=learning_rate, momentum=momentum or 0.0), decay=decay, debias=True),
+                        "ema", required=("decay", "learning_rate"),
+                        refuse={"debias": (lambda v: v is True, "optax.ema(debias=False) is a zero-init EMA that "
+                                           "refopt's EMA does not keep (its debias=False starts at x_0)")},
+                        state={"mu": "ema"})
+
+CONVENTIONS = Conventions(
+    rules=(Average, EMA),
+    mappings=(OPTAX_EMA,),
+    no_peer={"torch": "torch.optim.swa_utils.AveragedModel is not an optimizer; the divergence atlas runs it beside "
+                      "torch.optim.SGD (entry ema-start)",
+             "schedulefree": "schedulefree keeps its average inside its optimizers (see ScheduleFreeSGD)"},
+    presets=(OPTAX_EMA.preset("optax.ema", dict(learning_rate=0.05, momentum=0.9, decay=0.9),
+                              "optax.ema averages *updates*; refopt.EMA averages iterates. Comparable: "
+                              "optax.ema(decay, debias=True) fed the iterates x_t of optax.sgd equals refopt EMA's "
+                              "mu (2.6, PITFALLS B16)"),),
+    oracle=AveragingOracle,
+    variants=variants,
+    facts=facts,
+    golden=(
+        GoldenCase("ema_sgd_momentum", lambda: EMA(SGD(lr=0.05, momentum=0.9), decay=0.9),
+                   "debiased EMA of the iterates (optax.ema fed the iterates)", ("mu", "base.b")),
+        GoldenCase("average_adam", lambda: Average(Adam(lr=1e-2)), "uniform average of the iterates (1/t)",
+                   ("mu", "base.m", "base.v")),
+    ),
+    examples=(
+        Example("average_sgd", lambda: Average(SGD(lr=0.1, momentum=0.9))),
+        Example("ema_adam", lambda: EMA(Adam(lr=0.05), decay=0.9)),
+        Example("ema_sgd_param_init", lambda: EMA(SGD(lr=0.1), decay=0.95, debias=False)),
+        Example("ema_torch_after_first_step", lambda: EMA(SGD(lr=0.1, momentum=0.9), decay=0.9, debias=False,
+                                                          start="after_first_step")),
+    ),
+    atlas=("ema-start",),
+)
+del AdamW

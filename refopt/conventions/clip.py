@@ -1,0 +1,91 @@
+"""ClipByGlobalNorm (refopt/rules/clip.py) to optax.clip_by_global_norm (eps 0) and torch's
+clip_grad_norm_ (eps 1e-6) before a base optimizer (CONVENTIONS.md 1, 2)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, norm64, scalar
+from refopt.golden import GoldenCase
+from refopt.rules.adam import Adam
+from refopt.rules.clip import ClipByGlobalNorm
+from refopt.rules.sgd import SGD
+
+
+class ClipOracle(Oracle):
+    """g <- g min(1, max_norm/(N + eps)), N = sqrt(sum ||g||_F^2) over the whole tree in float64 (c = 1 when
+    N + eps = 0), then the base rule's oracle. Switch ``eps`` overriding the rule's (the other peer's)."""
+
+    def __init__(self, rule, name=None, **sw):
+        from refopt.conventions import oracle
+        super().__init__(rule, name, **sw)
+        self.base, self.eps = sw.get("base") or oracle(rule.base), sw.get("eps", rule.eps)
+
+    def init_leaf(self, x, path):
+        return self.base.init_leaf(x, path)
+
+    def prepare(self, t, xs, gs):
+        n = math.sqrt(sum(norm64(g) ** 2 for g in gs))
+        den = n + self.eps
+        c = 1.0 if den == 0.0 else min(1.0, self.rule.max_norm / den)
+        return [g if c == 1.0 else np.multiply(g, scalar(c, g.dtype)) for g in gs]
+
+    def step_leaf(self, t, s, x, g, path):
+        return self.base.step_leaf(t, s, x, g, path)
+
+    def direction_leaf(self, t, s, x, g, path):
+        return self.base.direction_leaf(t, s, x, g, path)
+
+
+def variants(rule):
+    from refopt.crosscheck.variants import base_variants, oracle_variant as v
+
+    other = 1e-6 if rule.eps == 0 else 0.0
+    return [v(rule, f"clipping eps {other:g}", "N + 1e-6 in the factor (torch's clip_grad_norm_) vs N (optax)",
+              eps=other)] + base_variants(rule)
+
+
+def facts(rule, of):
+    """g_t min(1, M/(N_t + eps)) is active or not per step depending on c: the base must ignore a separate
+    scale of each step's gradient; ||U G V^T||_F = ||G||_F and ||P g|| = ||g||: one scalar factor."""
+    b = of(rule.base)
+    return {"grad_scale": b["step_scale_free"], "step_scale_free": b["step_scale_free"],
+            "orthogonal": b["orthogonal"], "elementwise": b["elementwise"]}
+
+
+def _chain(learning_rate, max_norm, **base):
+    return ClipByGlobalNorm(Adam(lr=learning_rate, beta1=base["b1"], beta2=base["b2"], eps=base["eps"]),
+                            max_norm=max_norm)
+
+
+OPTAX = PeerMapping("optax.chain(clip_by_global_norm, adam)", "optax", "chain:clip_by_global_norm+adam",
+                    dict(b1=0.9, b2=0.999, eps=1e-8), _chain, "clip", required=("max_norm", "learning_rate"),
+                    state={"base.m": "mu", "base.v": "nu"})
+TORCH = PeerMapping("torch.nn.utils.clip_grad_norm_ + torch.optim.SGD", "torch", "clip_grad_norm_+SGD",
+                    dict(lr=1e-3, momentum=0.0), lambda max_norm, lr, momentum: ClipByGlobalNorm(
+                        SGD(lr=lr, momentum=momentum), max_norm=max_norm, eps=1e-6),
+                    "clip", required=("max_norm",))
+
+CONVENTIONS = Conventions(
+    rules=(ClipByGlobalNorm,),
+    mappings=(OPTAX, TORCH),
+    no_peer={"schedulefree": "schedulefree has no clipping (its optimizers take the gradients as given)"},
+    presets=(OPTAX.preset("optax.clip_by_global_norm+adam", dict(max_norm=0.5, learning_rate=1e-2),
+                          "g <- g when ||g|| < max_norm, else (g/||g||) max_norm (no eps), over the whole tree, "
+                          "then Adam", state={}),),
+    oracle=ClipOracle,
+    variants=variants,
+    facts=facts,
+    golden=(GoldenCase("clip_adam", lambda: ClipByGlobalNorm(Adam(lr=1e-2), max_norm=0.5),
+                       "optax.chain(clip_by_global_norm(0.5), adam(0.01))", ("base.m", "base.v")),),
+    examples=(
+        Example("clip_adam", lambda: ClipByGlobalNorm(Adam(lr=0.05), max_norm=0.5),
+                extra={"not_leafwise": "clipping by the global norm couples the leaves (each leaf alone has its "
+                                       "own norm)"}),
+        Example("clip_sgd_torch", lambda: ClipByGlobalNorm(SGD(lr=0.05, momentum=0.9), max_norm=0.5, eps=1e-6),
+                extra={"not_leafwise": "clipping by the global norm couples the leaves (each leaf alone has its "
+                                       "own norm)"}),
+    ),
+    atlas=("clip-eps",),
+)

@@ -1,0 +1,180 @@
+"""Covariant (refopt/rules/covariant.py, post 000 eq. (elr-u)) to optax.lamb(weight_decay=0) (Covariant(Adam))
+and optax.lars(momentum=0, trust_coefficient=1) (Covariant(SGD)); known gap: optax's trust ratio is 1 at a
+zero norm where refopt makes no step (PITFALLS B11)."""
+from __future__ import annotations
+
+import numpy as np
+
+from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, gamma, norm64, scalar
+from refopt.golden import GoldenCase
+from refopt.rules.adam import Adam
+from refopt.rules.covariant import Covariant
+from refopt.rules.muon import Muon
+from refopt.rules.sgd import SGD
+
+
+def _norm(rule, a) -> float:
+    if rule.norm == "fro":
+        return norm64(a)
+    if rule.norm == "rms":
+        return norm64(a) / np.sqrt(a.size) if a.size else 0.0
+    return float(rule.norm(a))
+
+
+class CovariantOracle(Oracle):
+    """W <- W - lr gamma_t ||W|| u/||u|| with u the base rule's direction (its oracle), norms in float64; no
+    step when ||W|| = 0 or ||u|| = 0. Switches: ``zero_ratio_one`` (optax's scale_by_trust_ratio: ratio 1,
+    a step -lr u, at a zero norm); ``base`` (another base oracle)."""
+
+    def __init__(self, rule, name=None, **sw):
+        from refopt.conventions import oracle
+        super().__init__(rule, name, **sw)
+        self.base, self.zero_one = sw.get("base") or oracle(rule.base), sw.get("zero_ratio_one", False)
+
+    def init_leaf(self, x, path):
+        return {"base": self.base.init_leaf(x, path)}
+
+    def step_leaf(self, t, s, x, g, path):
+        u = self.base.direction_leaf(t, s["base"], x, g, path)
+        lr = self.rule.lr * gamma(self.rule.schedule, t)
+        nw, nu = _norm(self.rule, x), _norm(self.rule, u)
+        if nw == 0.0 or nu == 0.0:
+            return x - scalar(lr, x.dtype) * u if self.zero_one else x
+        return x - scalar(lr * nw / nu, x.dtype) * u
+
+
+class TrustRatioThenMomentum(Oracle):
+    """optax.lars's order: u = ||x|| / ||g_base|| g_base (trust ratio, coefficient 1, ratio 1 at a zero norm),
+    then momentum on u (trace b = u + mu b), x -= lr b; g_base = g (+ wd x)."""
+
+    def __init__(self, rule, name="momentum after the trust ratio", **sw):
+        super().__init__(rule, name, **sw)
+
+    def init_leaf(self, x, path):
+        return {"b": np.zeros_like(x)}
+
+    def step_leaf(self, t, s, x, g, path):
+        b = self.rule.base
+        d = x.dtype
+        g = g + scalar(b.weight_decay, d) * x if b.weight_decay else g
+        wn, gn = norm64(x), norm64(g)
+        ratio = wn / gn if wn > 0 and gn > 0 else 1.0
+        s["b"] = scalar(b.momentum, d) * s["b"] + scalar(ratio, d) * g
+        return x - scalar(self.rule.lr, d) * s["b"]
+
+
+def variants(rule):
+    from refopt.crosscheck.variants import Variant, base_variants, oracle_variant as v
+
+    out = base_variants(rule)
+    if rule.schedule is None and rule.norm == "fro":
+        out.append(v(rule, "trust ratio 1 at a zero norm", "at ||x|| = 0 or ||u|| = 0 the step is -lr u (optax's "
+                     "scale_by_trust_ratio: LAMB, LARS) where refopt's Covariant makes no step", zero_ratio_one=True))
+    if isinstance(rule.base, SGD) and rule.base.momentum > 0 and rule.schedule is None:
+        out.append(Variant("momentum after the trust ratio", "u = ||x||/||g|| g, then b = mu b + u, x -= lr b "
+                           "(optax.lars order) in place of the trust ratio of the momentum direction",
+                           lambda: TrustRatioThenMomentum(rule)))
+    return out
+
+
+def facts(rule, of):
+    """u/||u|| removes any scale of u that is homogeneous in g: covariant (eq. phi) for such a base; the norms
+    are orthogonally ('fro', 'rms') and permutation invariant, so the base's equivariances carry over."""
+    b = of(rule.base)
+    norm_ok = b["grad_scale"] or b["homogeneous"]
+    return {"grad_scale": norm_ok, "step_scale_free": b["step_scale_free"] or b["plain_direction"],
+            "orthogonal": rule.norm in ("fro", "rms") and b["orthogonal"], "elementwise": b["elementwise"],
+            "covariant": norm_ok, "exact_scale_free": b["exact_scale_free"]}
+
+
+def _lamb_match(rule):
+    b = rule.base
+    if rule.norm not in ("fro", "rms") or rule.schedule is not None or type(b) is not Adam or b.weight_decay != 0 \
+            or b.nesterov or b.amsgrad or b.schedule is not None:
+        return None
+    return dict(learning_rate=rule.lr, b1=b.beta1, b2=b.beta2, eps=b.eps, weight_decay=0.0)
+
+
+def _lars_match(rule):
+    b = rule.base
+    if rule.norm not in ("fro", "rms") or rule.schedule is not None or type(b) is not SGD or b.momentum != 0 \
+            or b.schedule is not None:
+        return None
+    return dict(learning_rate=rule.lr, weight_decay=b.weight_decay, trust_coefficient=1.0, momentum=0.0)
+
+
+_NO_MASK = (lambda v: v is None, "give the arrays their own rules with refopt.Partition")
+LAMB = PeerMapping("optax.lamb", "optax", "lamb", dict(b1=0.9, b2=0.999, eps=1e-6, eps_root=0.0, weight_decay=0.0,
+                                                       mask=None),
+                   lambda learning_rate, b1, b2, eps: Covariant(Adam(beta1=b1, beta2=b2, eps=eps), lr=learning_rate),
+                   "covariant", required=("learning_rate",),
+                   refuse={"weight_decay": (lambda v: v == 0, "optax.lamb adds the decay to Adam's direction before "
+                                            "the trust ratio, which refopt's Covariant(Adam) does not"),
+                           "eps_root": (lambda v: v == 0, "refopt adds eps after the square root (E1)"),
+                           "mask": _NO_MASK},
+                   state={"base.m": "mu", "base.v": "nu"}, match=_lamb_match)
+LARS = PeerMapping("optax.lars", "optax", "lars", dict(weight_decay=0.0, trust_coefficient=1e-3, eps=0.0,
+                                                       momentum=0.9, nesterov=False, weight_decay_mask=True,
+                                                       trust_ratio_mask=True),
+                   lambda learning_rate, weight_decay: Covariant(SGD(weight_decay=weight_decay), lr=learning_rate),
+                   "covariant", required=("learning_rate",),
+                   refuse={"momentum": (lambda v: v == 0, "optax.lars applies momentum to the trust-ratio-scaled "
+                                        "steps; Covariant normalises the momentum direction (pass momentum=0)"),
+                           "trust_coefficient": (lambda v: v == 1, "refopt's Covariant has no trust coefficient "
+                                                 "(pass trust_coefficient=1)"),
+                           "eps": (lambda v: v == 0, "refopt's Covariant has no eps in the trust ratio"),
+                           "nesterov": (lambda v: not v, "no momentum, so no Nesterov"),
+                           "weight_decay_mask": (lambda v: v is True, "use refopt.Partition"),
+                           "trust_ratio_mask": (lambda v: v is True, "use refopt.Partition")},
+                   match=_lars_match)
+
+_ZERO_WHY = ("the MLP and GPT have zero-initialised biases: at a zero norm optax's trust ratio is 1 (step -lr*u) "
+             "while refopt's Covariant makes no step (the known gap, preset 'optax.lamb/lars at a zero norm')")
+CONVENTIONS = Conventions(
+    rules=(Covariant,),
+    mappings=(LAMB, LARS),
+    no_peer={"torch": "torch.optim 2.13 has no LAMB or LARS", "schedulefree": "schedulefree has no trust ratio"},
+    presets=(
+        LAMB.preset("optax.lamb(weight_decay=0)", dict(learning_rate=1e-2, weight_decay=0.0),
+                    "LAMB = scale_by_adam (eps 1e-6, optax.lamb's default) then the trust ratio ||x||/||u|| then -lr: "
+                    "refopt Covariant(Adam) (post 000, eq. elr-u). Known gap at a zero norm: optax's ratio is 1 "
+                    "(step -lr*u), refopt makes no step; the problems have no zero arrays",
+                    problems=("stream", "quadratic"), problems_why=_ZERO_WHY),
+        LARS.preset("optax.lars(momentum=0,trust_coefficient=1)", dict(learning_rate=1e-2, momentum=0.0,
+                                                                        trust_coefficient=1.0, weight_decay=1e-3),
+                    "LARS without momentum: g + wd*x (L2, as SGD's), trust ratio ||x||/||g + wd x||, -lr: refopt "
+                    "Covariant(SGD) (eq. elr-g); same zero-norm gap as LAMB", problems=("stream", "quadratic"),
+                    problems_why=_ZERO_WHY),
+    ),
+    wrong=(Preset("WRONG momentum order: optax.lars(momentum=0.9) vs refopt Covariant(SGD(momentum=0.9))", "optax",
+                  "covariant", ("lars", dict(learning_rate=1e-2, momentum=0.9, trust_coefficient=1.0)),
+                  lambda: Covariant(SGD(momentum=0.9), lr=1e-2),
+                  "optax.lars applies momentum to the trust-ratio-scaled steps; Covariant normalises the momentum "
+                  "direction (LARS with momentum is not Covariant(SGD(momentum)))", expect_fail=True),),
+    gaps=(Preset("optax.lamb/lars at a zero norm", "optax", "covariant", ("lamb", dict(learning_rate=1e-2)), None,
+                 "trust ratio at ||x|| = 0 or ||u|| = 0",
+                 gap="optax's scale_by_trust_ratio uses ratio 1 when either norm is 0, so a zero array (e.g. a "
+                     "zero-initialised bias) moves by -lr*u; refopt's Covariant makes no step there (PITFALLS B11: "
+                     "a zero weight has ELR 0). Give such arrays another rule with refopt.Partition."),),
+    oracle=CovariantOracle,
+    variants=variants,
+    facts=facts,
+    golden=(
+        GoldenCase("covariant_adam", lambda: Covariant(Adam(eps=1e-6), lr=1e-2),
+                   "Covariant(Adam): W - lr ||W|| u/||u|| (post 000, eq. elr-u) = optax.lamb(weight_decay=0)",
+                   ("base.m", "base.v")),
+        GoldenCase("covariant_sgd", lambda: Covariant(SGD(weight_decay=1e-3), lr=1e-2),
+                   "Covariant(SGD) with L2 in g (eq. elr-g) = optax.lars(momentum=0, trust_coefficient=1)"),
+    ),
+    examples=(
+        Example("covariant_sgd", lambda: Covariant(SGD(momentum=0.9), lr=0.1, schedule=_cosine(0))),
+        Example("covariant_adam_rms", lambda: Covariant(Adam(), lr=0.05, norm="rms", schedule=_cosine(5))),
+        Example("covariant_muon", lambda: Covariant(Muon(msign="svd"), lr=0.05, schedule=_cosine(0)), "matrix"),
+    ),
+    atlas=("trust-ratio-zero-norm",),
+)
+
+
+def _cosine(warmup):
+    from refopt.schedules import warmup_cosine
+    return warmup_cosine(warmup, 300, 0.0)

@@ -1,0 +1,89 @@
+"""Lion (refopt/rules/lion.py) to optax.lion: sign((1-b1) g + b1 m), then m <- (1-b2) g + b2 m; decoupled
+lr-coupled decay, optax's default weight_decay 1e-3 (refopt's 0) (CONVENTIONS.md 9, 10.5)."""
+from __future__ import annotations
+
+import numpy as np
+
+from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, gamma, scalar
+from refopt.golden import GoldenCase
+from refopt.rules.lion import Lion
+
+
+class LionOracle(Oracle):
+    """Lion from its equations (arXiv:2302.06675, Alg. 2; refopt.Lion's docstring). Switches: ``order``
+    'interpolate' (the sign of (1-b1) g + b1 m_{t-1}) | 'momentum_first' (m_t first, then the sign of m_t);
+    ``weight_decay`` overriding the rule's."""
+
+    def __init__(self, rule, name=None, **sw):
+        super().__init__(rule, name, **sw)
+        self.wd, self.order = sw.get("weight_decay", rule.weight_decay), sw.get("order", "interpolate")
+
+    def init_leaf(self, x, path):
+        return {"m": np.zeros_like(x)}
+
+    def direction_leaf(self, t, s, x, g, path):
+        d, r = x.dtype, self.rule
+        m_new = scalar(1.0 - r.beta2, d) * g + scalar(r.beta2, d) * s["m"]
+        if self.order == "momentum_first":
+            u = np.sign(m_new)
+        else:
+            u = np.sign(scalar(1.0 - r.beta1, d) * g + scalar(r.beta1, d) * s["m"])
+        s["m"] = m_new
+        return u
+
+    def step_leaf(self, t, s, x, g, path):
+        lr = self.rule.lr * gamma(self.rule.schedule, t)
+        u = self.direction_leaf(t, s, x, g, path)
+        return scalar(1.0 - lr * self.wd, x.dtype) * x - scalar(lr, x.dtype) * u
+
+
+def variants(rule):
+    from refopt.crosscheck.variants import oracle_variant as v
+
+    out = [v(rule, "sign of the updated momentum", "u = sign(m_t) with m_t = b2 m + (1 - b2) g (the momentum "
+             "updated before the sign: Lion's interpolation b1 missing)", order="momentum_first")]
+    if rule.weight_decay != 1e-3:
+        out.append(v(rule, "optax lion default decay 1e-3", "optax.lion's default weight_decay 1e-3, not given",
+                     weight_decay=1e-3))
+    if rule.weight_decay > 0:
+        out.append(v(rule, "no weight decay", "the decay is missing", weight_decay=0.0))
+    return out
+
+
+def facts(rule, of):
+    """sign(b1 c m + (1-b1) c g) = sign(b1 m + (1-b1) g) for c > 0 (decay acts on x only); with b1 = 0 a
+    step sees only sign(g_t); sign is taken per entry."""
+    return {"grad_scale": True, "step_scale_free": rule.beta1 == 0, "elementwise": True}
+
+
+def _optax_match(rule):
+    if rule.schedule is not None:
+        return None
+    return dict(learning_rate=rule.lr, b1=rule.beta1, b2=rule.beta2, weight_decay=rule.weight_decay)
+
+
+_NO_MASK = (lambda v: v is None, "give the decayed and undecayed arrays their own rules with refopt.Partition")
+OPTAX = PeerMapping("optax.lion", "optax", "lion", dict(b1=0.9, b2=0.99, mu_dtype=None, weight_decay=1e-3, mask=None),
+                    lambda learning_rate, b1, b2, weight_decay: Lion(lr=learning_rate, beta1=b1, beta2=b2,
+                                                                     weight_decay=weight_decay),
+                    "lion", required=("learning_rate",),
+                    refuse={"mu_dtype": (lambda v: v is None, "refopt keeps m in the params' dtype"), "mask": _NO_MASK},
+                    state={"m": "mu"}, match=_optax_match)
+
+CONVENTIONS = Conventions(
+    rules=(Lion,),
+    mappings=(OPTAX,),
+    no_peer={"torch": "torch.optim 2.13 has no Lion", "schedulefree": "schedulefree ships the Schedule-Free "
+                                                                        "optimizers only"},
+    presets=(OPTAX.preset("optax.lion", dict(learning_rate=1e-2), "sign((1-b1) g + b1 m), then m = (1-b2) g + b2 m; "
+                          "optax's default weight_decay 1e-3 (refopt's Lion defaults to 0), decoupled and lr-coupled"),),
+    oracle=LionOracle,
+    variants=variants,
+    facts=facts,
+    golden=(GoldenCase("lion", lambda: Lion(lr=1e-2, weight_decay=1e-3), "Lion, optax.lion's defaults", ("m",)),),
+    examples=(Example("lion", lambda: Lion(lr=0.01, weight_decay=0.1), converges=False,
+                      note="constant lr: every sign step has size lr, so Lion orbits the minimum at distance ~lr"),),
+    atlas=("lion-default-decay",),
+    cli=(CliName("lion", Lion, {"mlp": 3e-4, "gpt": 3e-4}, "Lion (sign of an interpolated momentum): --beta1, "
+                 "--beta2, --weight-decay (decoupled)", {"beta1": "beta1", "beta2": "beta2"}),),
+)

@@ -1,0 +1,204 @@
+"""The conventions registry (refopt/conventions/): every exported rule owns a conventions file with a golden
+case, a plain-numpy oracle, its invariance facts and a peer mapping (or the reason there is none); each
+oracle reproduces its compiled rule on every golden case and example; refopt.like reproduces the peers'
+calls with their own argument names and defaults, and refuses what it cannot reproduce."""
+import ast
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import refopt
+from refopt.conventions import Conventions, facts, for_rule, like, missing, oracle, peers, registry
+from refopt.crosscheck.problems import make_problem
+from refopt.golden import GoldenCase
+from refopt.rules.base import ElementwiseRule
+from refopt.rules.lion import Lion
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_every_exported_rule_has_complete_conventions():
+    assert missing() == []
+    assert {c.__name__ for c in refopt.rules.exported_rules()} >= {"SGD", "Adam", "AdamW", "Lion", "Muon", "RMSprop"}
+
+
+def test_registry_check_catches_a_rule_without_conventions():
+    """Negative control: a rule class with no conventions file, and one whose file lacks parts."""
+    @dataclass(frozen=True)
+    class Unregistered(ElementwiseRule):
+        lr: float = 0.1
+
+    assert missing([Unregistered]) == ["Unregistered: no conventions file (refopt/conventions/<rule>.py with "
+                                       "CONVENTIONS)"]
+    bare = Conventions(rules=(Unregistered,))
+    registry()["_test_bare"] = bare
+    try:
+        got = missing([Unregistered])
+    finally:
+        del registry()["_test_bare"]
+    assert "Unregistered: no golden case" in got and "Unregistered: no plain-numpy oracle" in got
+    assert "Unregistered: no invariance facts" in got
+    assert any("no torch mapping" in m for m in got) and any("no optax mapping" in m for m in got)
+
+
+def _cases():
+    out = []
+    for name, conv in registry().items():
+        for g in conv.golden:
+            out.append(pytest.param(g.make_rule, "matrix" if g.matrix_only else "list", id=f"golden-{g.name}"))
+        for e in conv.examples:
+            if "leaf_rule" not in e.extra:
+                out.append(pytest.param(e.make_rule, e.params, id=f"example-{e.name}"))
+    return out
+
+
+def _params(kind, dtype, seed=0):
+    from refopt.conventions._spec import example_params
+    if kind in ("mixed", "matrix", "conv"):
+        return example_params(kind, dtype, seed)
+    prob = make_problem("quadratic", dtype, seed)
+    return list(prob.leaves)
+
+
+def _run(adapter, params, grads):
+    s = adapter.init(params)
+    x = params
+    out = []
+    for g in grads:
+        x, s = adapter.step(s, x, g)
+        out.append([np.array(a) for a in refopt.tree.flatten(x)[0]])
+    return out
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    d = float(np.max(np.abs(a - b))) if a.size else 0.0
+    return 0.0 if d == 0 else d / max(float(np.max(np.abs(b))), 1e-300)
+
+
+def _grads(params, steps, dtype, seed=1, scale=1.0):
+    rng = np.random.default_rng(seed)
+    leaves, _, td = refopt.tree.flatten(params)
+    return [refopt.tree.unflatten(td, [(scale * rng.standard_normal(x.shape)).astype(dtype) for x in leaves])
+            for _ in range(steps)]
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-12), (np.float32, 2e-5)])
+@pytest.mark.parametrize("make_rule,kind", _cases())
+def test_the_oracle_reproduces_the_compiled_rule(make_rule, kind, dtype, tol):
+    """The plain-numpy restatement of each rule's equations (its conventions file's oracle) against refopt's
+    compiled rule: 12 steps of a random gradient stream, params after every step."""
+    from refopt.testing.adapters import RuleAdapter
+
+    rule = make_rule()
+    if isinstance(rule, refopt.LRTable):
+        kind = "list"
+    params = _params(kind, dtype)
+    grads = _grads(params, 12, dtype)
+    ref = _run(RuleAdapter(rule), params, grads)
+    got = _run(oracle(rule), params, grads)
+    worst = max(_rel(a, b) for xs, ys in zip(got, ref) for a, b in zip(xs, ys))
+    assert worst <= tol, f"{rule}: oracle differs from the rule by {worst:.3g}"
+
+
+@pytest.mark.parametrize("make_rule,switch", [
+    (lambda: refopt.Adam(lr=0.01), dict(eps_mode="inside")),
+    (lambda: refopt.AdamW(lr=0.01, weight_decay=0.1), dict(decay="after")),
+    (lambda: refopt.SGD(lr=0.05, momentum=0.9, dampening=0.3), dict(dampen_first=True)),
+    (lambda: refopt.Lion(lr=0.01), dict(order="momentum_first")),
+    (lambda: refopt.RMSprop(lr=0.01), dict(eps_mode="inside")),
+])
+def test_a_switched_oracle_is_caught(make_rule, switch):
+    """Negative control of the oracle test: one convention switched differs from the rule by far more than
+    the tolerance."""
+    from refopt.testing.adapters import RuleAdapter
+
+    rule = make_rule()
+    params = _params("mixed", np.float64)
+    grads = _grads(params, 12, np.float64, scale=1e-6)
+    ref = _run(RuleAdapter(rule), params, grads)
+    got = _run(oracle(rule, **switch), params, grads)
+    assert max(_rel(a, b) for xs, ys in zip(got, ref) for a, b in zip(xs, ys)) > 1e-9
+
+
+def test_like_reproduces_the_peers_calls_with_their_defaults():
+    A, AW, M = refopt.Adam, refopt.AdamW, refopt.Muon
+    assert like("torch.optim.AdamW", lr=1e-3, weight_decay=0.1) == AW(lr=1e-3, weight_decay=0.1)
+    assert like("torch.optim.AdamW") == AW(lr=1e-3, weight_decay=1e-2)                   # torch's defaults
+    assert like("optax.adamw", learning_rate=1e-3) == AW(lr=1e-3, weight_decay=1e-4)       # optax's decay 1e-4
+    assert like("torch.optim.Adam", lr=0.01, betas=(0.8, 0.99)) == A(lr=0.01, beta1=0.8, beta2=0.99)
+    assert like("torch.optim.NAdam", lr=0.01) == A(lr=0.01, nesterov=True, momentum_decay=4e-3)
+    assert like("optax.nadam", learning_rate=0.01) == A(lr=0.01, nesterov=True)
+    assert like("optax.lion", learning_rate=0.01) == Lion(lr=0.01, weight_decay=1e-3)
+    assert like("torch.optim.Muon", lr=0.02, adjust_lr_fn="match_rms_adamw") == M.like_torch(
+        lr=0.02, adjust_lr_fn="match_rms_adamw")
+    assert like("torch.optim.Muon", lr=0.02).scale == "jordan" and like("torch.optim.Muon").weight_decay == 0.1
+    assert like("torch.optim.RMSprop", lr=0.01, centered=True) == refopt.RMSprop(lr=0.01, centered=True)
+    assert like("torch.optim.SGD", lr=0.1, foreach=False) == refopt.SGD(lr=0.1)            # foreach changes no number
+    assert refopt.like is not None and refopt.like("optax.sgd", learning_rate=0.1) == refopt.SGD(lr=0.1)
+
+
+def test_every_preset_is_like_of_its_peer_call():
+    from refopt.crosscheck.presets import PRESETS
+    known = peers()
+    for p in PRESETS:
+        m = next(m for m in known.values() if (m.adapter, m.ctor) == (p.peer, p.peer_call[0]))
+        kw = {k: v for k, v in p.peer_call[1].items() if k != "float64_warmup"}
+        assert p.make_rule() == like(m.peer, **kw), p.name
+
+
+@pytest.mark.parametrize("peer,kwargs,words", [
+    ("torch.optim.Adamm", {}, ["unknown peer 'torch.optim.Adamm'", "torch.optim.Adam,"]),
+    ("torch.optim.Adam", {"maximize": True}, ["maximize=True", "refopt minimises"]),
+    ("torch.optim.Adam", {"nesterov": True}, ["no argument 'nesterov'"]),
+    ("optax.adam", {"learning_rate": 0.1, "eps_root": 1e-8}, ["eps_root=1e-08", "after the square root"]),
+    ("optax.adam", {}, ["needs the argument(s) learning_rate"]),
+    ("optax.lars", {"learning_rate": 0.1}, ["momentum=0.9", "trust-ratio-scaled"]),
+    ("optax.contrib.muon", {"learning_rate": 0.1, "consistent_rms": 0.3}, ["consistent_rms=0.3"]),
+])
+def test_like_refuses_with_the_argument_and_the_reason(peer, kwargs, words):
+    with pytest.raises(ValueError) as e:
+        like(peer, **kwargs)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_like_in_rule_expressions():
+    from refopt.crosscheck.expr import parse_rule
+    assert parse_rule('like("torch.optim.RMSprop", lr=0.01, centered=True)') == refopt.RMSprop(lr=0.01, centered=True)
+
+
+def test_the_facts_of_wrappers_follow_their_base():
+    assert facts(refopt.Covariant(refopt.SGD(), lr=0.1))["covariant"] is True
+    assert facts(refopt.Covariant(refopt.SGD(weight_decay=0.1), lr=0.1))["covariant"] is False
+    assert for_rule(refopt.AdamW) is for_rule(refopt.Adam)
+
+
+LAYERS = ("refopt/crosscheck", "refopt/testing", "refopt/golden.py", "refopt/cli")
+
+
+def test_no_layer_picks_behaviour_by_a_class_name_string():
+    """Nothing in crosscheck, testing, golden or the CLI compares type(...).__name__ with a string."""
+    bad = []
+    for layer in LAYERS:
+        path = os.path.join(ROOT, layer)
+        files = [path] if path.endswith(".py") else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs
+                                                     if f.endswith(".py")]
+        for f in files:
+            for node in ast.walk(ast.parse(open(f, encoding="utf-8").read())):
+                if isinstance(node, ast.Compare):
+                    sides = [node.left, *node.comparators]
+                    names = any(isinstance(s, ast.Attribute) and s.attr == "__name__" for s in ast.walk(node.left))
+                    strings = any(isinstance(s, ast.Constant) and isinstance(s.value, str) for c in node.comparators
+                                  for s in ast.walk(c))
+                    if names and strings and not any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides):
+                        bad.append(f"{os.path.relpath(f, ROOT)}:{node.lineno}")
+    assert bad == []
+
+
+def test_golden_cases_are_registered_once():
+    names = [g.name for c in registry().values() for g in c.golden]
+    assert len(names) == len(set(names)) and all(isinstance(g, GoldenCase) for c in registry().values()
+                                                 for g in c.golden)
