@@ -202,3 +202,11 @@ def test_golden_cases_are_registered_once():
     names = [g.name for c in registry().values() for g in c.golden]
     assert len(names) == len(set(names)) and all(isinstance(g, GoldenCase) for c in registry().values()
                                                  for g in c.golden)
+
+
+def test_the_generated_conventions_page_is_current():
+    """docs/conventions_generated.md is `python -m refopt.conventions`: regenerate it when a conventions file
+    changes."""
+    from refopt.conventions import markdown
+    with open(os.path.join(ROOT, "docs", "conventions_generated.md"), encoding="utf-8") as f:
+        assert f.read() == markdown()

@@ -41,6 +41,8 @@ RULES = [
     refopt.ClipByGlobalNorm(refopt.Lion(lr=0.1, beta1=0.0), max_norm=30.0, eps=1e-6),
     refopt.ClipByGlobalNorm(refopt.SGD(lr=0.1, momentum=0.9), max_norm=30.0),
     refopt.ClipByGlobalNorm(refopt.Muon(lr=0.02, msign="svd"), max_norm=30.0),
+    refopt.RMSprop(lr=0.01),
+    refopt.RMSprop(lr=0.01, momentum=0.9, centered=True, weight_decay=0.1),   # L2: not scale invariant
 ]
 CHEAP = ["gradient_scale_invariance", "parameter_scale_covariance", "orthogonal_equivariance",
          "permutation_equivariance", "reparametrization_covariance", "mup_step_size"]
@@ -72,13 +74,12 @@ def test_refopt_rules_behave_as_the_theory_says(rule):
 
 
 def test_theory_table_families_and_a_wrong_entry_is_caught():
-    """RULES covers every family expected.py names; flipping one entry (negative control) fails the check."""
-    import inspect
+    """RULES covers every rule whose conventions file states invariance facts (LRTable states none: its
+    table is tied to one run's arrays); flipping one entry (negative control) fails the check."""
+    from refopt.conventions import registry
 
-    from refopt.testing import expected as E
-    named = {n for n in re.findall(r'"([A-Z][A-Za-z]+)"', inspect.getsource(E))
-             if isinstance(getattr(refopt, n, None), type)}     # the rule classes the table names
-    assert {"Lion", "ClipByGlobalNorm", "SGD", "Partition"} <= named
+    named = {c.__name__ for conv in registry().values() if conv.facts is not None for c in conv.rules} - {"LRTable"}
+    assert {"Lion", "ClipByGlobalNorm", "SGD", "Partition", "RMSprop"} <= named
     assert named - {type(r).__name__ for r in RULES} == set()
     lion = refopt.Lion(lr=0.1)
     exp = expected(lion)

@@ -124,3 +124,43 @@ def missing(rule_classes=None) -> list[str]:
             if p not in covered:
                 out.append(f"{name}: no {p} mapping and no reason why {p} has none (Conventions.no_peer)")
     return out
+
+
+def markdown() -> str:
+    """The conventions as a Markdown page (docs/conventions_generated.md is this text; a test keeps it current):
+    per conventions file, its rules, its peer mappings (call, defaults, what is refused and why, layout,
+    tolerance tier), the peers without the optimizer, and the checked calls."""
+    from refopt.crosscheck.expr import ExprError, to_expr
+
+    lines = ["# The conventions of every rule (generated)", "",
+             "Generated from `refopt/conventions/*.py` by `python -m refopt.conventions > "
+             "docs/conventions_generated.md`; `refopt.like(PEER, **kwargs)` reads the same mappings.", ""]
+    for name, conv in registry().items():
+        lines += [f"## {', '.join(c.__name__ for c in conv.rules)} (`refopt/conventions/{name}.py`)", ""]
+        doc = (importlib.import_module(f"{__name__}.{name}").__doc__ or "").strip()
+        if doc:
+            lines += [" ".join(doc.split()), ""]
+        if conv.mappings:
+            lines += ["| peer call | defaults refopt reproduces | refused (why) | layout | tier |", "|---|---|---|---|---|"]
+            for m in conv.mappings:
+                defaults = ", ".join(f"{k}={v!r}" for k, v in m.defaults.items() if k not in m.refuse)
+                req = ", ".join(m.required)
+                refused = "; ".join(f"{k}: {why}" for k, (_, why) in m.refuse.items()) or "-"
+                tier = ", ".join(f"{k} {v:g}" for k, v in m.tol.float64.items())
+                lines.append(f"| `{m.peer}` | {(req + ' (required); ') if req else ''}{defaults or '-'} | {refused} | "
+                             f"{m.layout} | {tier} |")
+            lines.append("")
+        for peer, why in conv.no_peer.items():
+            lines.append(f"- no {peer} mapping: {why}")
+        if conv.no_peer:
+            lines.append("")
+        if conv.presets:
+            lines += ["| checked call | refopt rule | why |", "|---|---|---|"]
+            for p in conv.presets:
+                try:
+                    rule = to_expr(p.make_rule())
+                except ExprError:
+                    rule = repr(p.make_rule())
+                lines.append(f"| `{p.describe_peer()}` | `{rule}` | {p.why} |")
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
