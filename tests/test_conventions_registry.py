@@ -210,3 +210,22 @@ def test_the_generated_conventions_page_is_current():
     from refopt.conventions import markdown
     with open(os.path.join(ROOT, "docs", "conventions_generated.md"), encoding="utf-8") as f:
         assert f.read() == markdown()
+
+
+def test_the_command_line_names_come_from_the_registry(tmp_path, capsys):
+    """`refopt train --optimizer rmsprop` (declared in refopt/conventions/rmsprop.py) builds the rule from the
+    options given, the rule's defaults otherwise; an option the rule does not use is refused."""
+    import json
+
+    from refopt.cli import main
+    from refopt.cli.optimizers import OPTIMIZERS
+    assert {"lion", "rmsprop"} <= set(OPTIMIZERS)
+    out = tmp_path / "r"
+    assert main(["train", "--model", "mlp", "--out", str(out), "--optimizer", "rmsprop", "--momentum", "0.5",
+                 "--steps", "2", "--no-progress"]) == 0
+    rule = json.loads((out / "config.json").read_text())["rule"]
+    text = json.dumps(rule)
+    assert '"momentum": 0.5' in text and '"alpha": 0.99' in text and '"eps": 1e-08' in text
+    assert main(["train", "--model", "mlp", "--out", str(tmp_path / "x"), "--optimizer", "rmsprop", "--beta1", "0.8",
+                 "--steps", "2", "--no-progress"]) == 2
+    assert "--beta1 does not apply to --optimizer rmsprop" in capsys.readouterr().err
