@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from refopt.conventions import oracle
-from refopt.conventions._spec import norm64, scalar
+from refopt.conventions._spec import scalar
 
 
 def _step(rule, t, state, x, g):
@@ -32,27 +32,6 @@ def muon_reference(x, g, m, t, rule):
     """One Muon step: returns (x_new, m_new)."""
     x, s = _step(rule, t, {"m": np.array(m, copy=True)}, x, g)
     return x, s["m"]
-
-
-def hyperball_reference(x, u, radius, lr_t):
-    """One Hyperball step given the base direction u (float64 norms)."""
-    nu = norm64(u)
-    y = x - scalar(lr_t * radius / nu, x.dtype) * u if nu > 0 else x.copy()
-    ny = norm64(y)
-    return scalar(radius / ny, x.dtype) * y if ny > 0 else y
-
-
-def covariant_reference(x, u, lr_t):
-    """One Frobenius Covariant step given the base direction u (float64 norms)."""
-    nw, nu = norm64(x), norm64(u)
-    if nw == 0.0 or nu == 0.0:
-        return x.copy()
-    return x - scalar(lr_t * nw / nu, x.dtype) * u
-
-
-def average_reference(mu, x, p, q, r):
-    """Eq. (2) of post 004 as (p*mu + q*x)/r in x's dtype."""
-    return (scalar(p, x.dtype) * mu + scalar(q, x.dtype) * x) / scalar(r, x.dtype)
 
 
 def sf_sgd_reference(y, g, z, x, ctx, rule):
