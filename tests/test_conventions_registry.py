@@ -179,6 +179,51 @@ def test_the_facts_of_wrappers_follow_their_base():
 LAYERS = ("refopt/crosscheck", "refopt/testing", "refopt/golden.py", "refopt/cli")
 
 
+def _name_comparisons(source: str) -> list[int]:
+    """Lines comparing a class name (``....__name__``, or a name bound to one in the same function) with a
+    string, or calling a string method on one (``type(r).__name__.startswith("Schedule")``)."""
+    tree = ast.parse(source)
+    lines = set()
+    def own(scope):   # the nodes of a scope, not those of the functions nested in it
+        out, todo = [], list(ast.iter_child_nodes(scope))
+        while todo:
+            n = todo.pop()
+            out.append(n)
+            if not isinstance(n, (ast.FunctionDef, ast.Lambda)):
+                todo.extend(ast.iter_child_nodes(n))
+        return out
+
+    scopes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Lambda))]
+    for scope in scopes:
+        body = own(scope)
+        bound = {t.id for node in body if isinstance(node, ast.Assign) for t in node.targets
+                 if isinstance(t, ast.Name)
+                 if any(isinstance(a, ast.Attribute) and a.attr == "__name__" for a in ast.walk(node.value))}
+
+        def is_name(node):
+            return any((isinstance(a, ast.Attribute) and a.attr == "__name__")
+                       or (isinstance(a, ast.Name) and a.id in bound) for a in ast.walk(node))
+
+        for node in body:
+            if isinstance(node, ast.Compare) and is_name(node.left) and any(
+                    isinstance(c, ast.Constant) and isinstance(c.value, str)
+                    for cmp in node.comparators for c in ast.walk(cmp)):
+                lines.add(node.lineno)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("startswith", "endswith") and is_name(node.func.value):
+                lines.add(node.lineno)
+    return sorted(lines)
+
+
+def test_the_class_name_scan_catches_its_negative_controls():
+    assert _name_comparisons("if type(r).__name__ == 'Muon':\n    pass") == [1]
+    assert _name_comparisons("n = type(r).__name__\nx = n in ('Adam', 'AdamW')") == [2]
+    assert _name_comparisons("n = type(r).__name__\nok = n.startswith('ScheduleFree')") == [2]
+    assert _name_comparisons("if isinstance(r, Muon):\n    pass") == []
+    assert _name_comparisons("if __name__ == '__main__':\n    pass") == []
+    assert _name_comparisons("def f(r):\n    n = type(r).__name__\n\ndef g(n):\n    return n == 'x'") == []
+
+
 def test_no_layer_picks_behaviour_by_a_class_name_string():
     """Nothing in crosscheck, testing, golden or the CLI compares type(...).__name__ with a string."""
     bad = []
@@ -187,14 +232,7 @@ def test_no_layer_picks_behaviour_by_a_class_name_string():
         files = [path] if path.endswith(".py") else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs
                                                      if f.endswith(".py")]
         for f in files:
-            for node in ast.walk(ast.parse(open(f, encoding="utf-8").read())):
-                if isinstance(node, ast.Compare):
-                    sides = [node.left, *node.comparators]
-                    names = any(isinstance(s, ast.Attribute) and s.attr == "__name__" for s in ast.walk(node.left))
-                    strings = any(isinstance(s, ast.Constant) and isinstance(s.value, str) for c in node.comparators
-                                  for s in ast.walk(c))
-                    if names and strings and not any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides):
-                        bad.append(f"{os.path.relpath(f, ROOT)}:{node.lineno}")
+            bad += [f"{os.path.relpath(f, ROOT)}:{n}" for n in _name_comparisons(open(f, encoding="utf-8").read())]
     assert bad == []
 
 

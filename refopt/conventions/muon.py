@@ -60,16 +60,8 @@ class MuonOracle(Oracle):
         return scalar(decay, d) * x - scalar(lr_t * muon_scale(x.shape, r.scale), d) * u
 
 
-def _try(rule, **changes):
-    try:
-        new = replace(rule, **changes)
-    except (TypeError, ValueError):
-        return None
-    return None if new == rule else new
-
-
 def variants(rule):
-    from refopt.crosscheck.variants import Variant, TransposedRule, rule_variant as rv
+    from refopt.crosscheck.variants import TransposedRule, Variant, rule_variant as rv, try_replace as _try
 
     out = [Variant("layout transposed", "the rule applied to W^T: torch's (out, in) layout read as refopt's "
                    "(in, out) or the reverse (the shape scale flips on non-square matrices)",

@@ -25,7 +25,7 @@ from refopt import tree as T
 from refopt.testing.adapters import Adapter, RuleAdapter
 
 __all__ = ["Variant", "variants", "oracle_variant", "rule_variant", "base_variants", "TransposedRule",
-           "ConventionAdam", "ConventionSGD", "TrustRatioThenMomentum"]
+           "ConventionAdam", "ConventionSGD", "TrustRatioThenMomentum", "try_replace"]
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ class TransposedRule(RuleAdapter):
 
 
 # ---- the generic variants ---------------------------------------------------------------------------------
-def _try(rule, **changes):
+def try_replace(rule, **changes):
+    """``replace(rule, **changes)``, or None when the rule refuses the changes or they change nothing."""
     try:
         new = replace(rule, **changes)
     except (TypeError, ValueError):
@@ -126,7 +127,7 @@ def _generic(rule) -> list[Variant]:
 
     out = []
     if (getattr(rule, "weight_decay", 0) or 0) > 0:
-        no_wd = _try(rule, weight_decay=0.0)
+        no_wd = try_replace(rule, weight_decay=0.0)
         if no_wd is not None:
             out.append(rule_variant("no weight decay on vectors", "weight decay on arrays of ndim >= 2 only: "
                                     "biases and gains in a parameter group without decay (torch, nanoGPT, "
@@ -137,7 +138,7 @@ def _generic(rule) -> list[Variant]:
         for name, detail, shift in (("schedule counted from 0", "gamma(t - 1) at step t: t counted from 0, "
                                      "or a torch LR scheduler stepped before the optimizer", -1),
                                     ("schedule one step ahead", "gamma(t + 1) at step t", 1)):
-            out.append(rule_variant(name, detail, _try(rule, schedule=_shifted(sched, shift))))
+            out.append(rule_variant(name, detail, try_replace(rule, schedule=_shifted(sched, shift))))
     return [v for v in out if v is not None]
 
 
