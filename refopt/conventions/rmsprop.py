@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, gamma, scalar
+from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.rmsprop import RMSprop
 
@@ -78,6 +78,10 @@ CONVENTIONS = Conventions(
                                                                   momentum=0.9, centered=True),
                      "centered: sqrt(v - a^2) + eps with a the lerp-averaged gradient; momentum on g/d; L2 in g"),
     ),
+    wrong=(Preset("WRONG centered: torch.RMSprop(centered=True) vs refopt RMSprop()", "torch", "rmsprop",
+                  ("RMSprop", dict(lr=1e-2, centered=True)), lambda: RMSprop(lr=1e-2),
+                  "sqrt(v - a^2) vs sqrt(v): the centered denominator is missing", state={"v": "square_avg"},
+                  expect_fail=True),),
     oracle=RMSpropOracle,
     variants=variants,
     facts=facts,
