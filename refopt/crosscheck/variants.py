@@ -25,7 +25,7 @@ from refopt import tree as T
 from refopt.testing.adapters import Adapter, RuleAdapter
 
 __all__ = ["Variant", "variants", "oracle_variant", "rule_variant", "base_variants", "TransposedRule",
-           "ConventionAdam", "ConventionSGD", "TrustRatioThenMomentum", "try_replace"]
+           "ConventionAdam", "ConventionSGD", "TrustRatioThenMomentum", "TrustRatioOneAtZero", "try_replace"]
 
 
 @dataclass(frozen=True)
@@ -188,3 +188,10 @@ def TrustRatioThenMomentum(lr, momentum, weight_decay=0.0, name="trust ratio, th
     from refopt.rules.sgd import SGD
     return covariant.TrustRatioThenMomentum(Covariant(SGD(momentum=momentum, weight_decay=weight_decay), lr=lr),
                                             name=name)
+
+
+def TrustRatioOneAtZero(rule):
+    """Covariant with optax's zero-norm convention (:class:`refopt.conventions.covariant.CovariantOracle` with
+    ``zero_ratio_one``): the step is -lr ratio u with ratio = ||x||/||u||, and 1 when either norm is 0."""
+    from refopt.conventions import oracle
+    return oracle(rule, name="trust ratio 1 at a zero norm", zero_ratio_one=True)
