@@ -247,3 +247,31 @@ def test_dtype_as_numpy_type_or_name():
     assert a.agree and a.dtype == b.dtype == "float32" and a.problems[0].params_rel == b.problems[0].params_rel
     with pytest.raises(ValueError, match="dtype must be float64 or float32"):
         check_impl(Plain(), "SGD(lr=0.1)", framework="numpy", steps=3, dtype=np.int64, problems="quadratic")
+
+
+def test_torch_nadam_keeps_its_scalars_in_the_run_dtype():
+    """torch.optim.NAdam keeps mu_product in torch's default dtype: the torch adapter sets it to float64
+    while a float64 run builds and steps the optimizer, so NAdam agrees at the exact tier (1e-12) under
+    check_impl as under the presets, and the caller's default dtype is left as it was. Negative controls:
+    the same NAdam with the default dtype forced to float32 inside its step (a float32 mu_product), and a
+    wrong momentum_decay, are caught."""
+    rule = "Adam(lr=0.01, nesterov=True, momentum_decay=4e-3)"
+    before = torch.get_default_dtype()
+    r = check_impl(torch.optim.NAdam, rule, {"lr": 0.01}, steps=50, problems=("stream", "mlp"))
+    assert r.agree and all(p.tier == "exact" and p.params_rel <= 1e-12 for p in r.problems), r.report()
+    assert torch.get_default_dtype() == before
+
+    class NAdamFloat32Scalars(torch.optim.NAdam):
+        def step(self, closure=None):
+            old = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float32)
+            try:
+                return super().step(closure)
+            finally:
+                torch.set_default_dtype(old)
+
+    f32 = check_impl(NAdamFloat32Scalars, rule, {"lr": 0.01}, steps=50, problems=("stream", "mlp"), diagnose=False)
+    assert not f32.agree and all(1e-12 < p.params_rel < 1e-6 for p in f32.problems), f32.report()
+    wrong = check_impl(torch.optim.NAdam, rule, {"lr": 0.01, "momentum_decay": 5e-3}, steps=50,
+                       problems=("stream",), diagnose=False)
+    assert not wrong.agree and wrong.problems[0].params_rel > 1e-6, wrong.report()

@@ -17,7 +17,7 @@ gradients) and reports
   side without an installable peer is *restated*: refopt's configuration stands in for it (checked,
   where one exists, against an independent restatement written from the other code's equations).
 
-Figures (as :mod:`refopt.crosscheck.run`, maximum over the arrays):
+Figures (:func:`refopt.crosscheck.run.figures`, maximum over the arrays):
 
 * ``final``: max |a - b| / max |b| over each array after the last step (b the second side);
 * ``params``: the same, maximum over all steps;
@@ -43,7 +43,7 @@ import numpy as np
 from refopt.crosscheck import peers
 from refopt.crosscheck.presets import EXACT, MUON_TORCH_BF16, OPTAX_F32_WARMUP, PEERS, PRESETS, Preset
 from refopt.crosscheck.problems import make_problem
-from refopt.crosscheck.run import Trajectory, compare, refopt_trajectory
+from refopt.crosscheck.run import Trajectory, figures, trajectory
 
 STEPS = 50
 SEED = 0
@@ -70,9 +70,10 @@ class Side:
     label: short name used in the figures; impl: what runs (the peer call, or the code restated);
     peer: the library ('torch' | 'optax' | 'schedulefree'), None when refopt's restatement stands in;
     refopt: the refopt configuration (an expression) and ``make_refopt`` () -> a refopt rule or an
-    :class:`~refopt.testing.adapters.Adapter`; preset: the peer call (a :class:`Preset`, run by the
-    adapters of :mod:`refopt.crosscheck.peers`) unless ``make_peer`` (leaves, dtype) -> runner is given;
-    observe: 'params' or the refopt state field (e.g. 'mu', EMA's average) whose trajectory is compared;
+    :class:`~refopt.testing.adapters.Adapter`; preset: the peer call (a :class:`Preset`, run by its adapter,
+    :func:`refopt.crosscheck.peers.preset_adapter`) unless ``make_peer`` () -> an Adapter is given;
+    observe: 'params' or the refopt state field (e.g. 'mu', EMA's average) whose trajectory is compared (the
+    peer's entry named by ``preset.state``, else of the same name);
     tol / tol_name: the reproduction tolerance (:class:`~refopt.crosscheck.presets.Tol` figures);
     oracle: for a restated side, () -> an Adapter written independently from the restated code's
     equations, compared with ``make_refopt`` at ``tol``; source: whose code or paper this side follows.
@@ -189,65 +190,29 @@ class EntryResult:
 
 
 # ---------------------------------------------------------------------------------------------------
-def _observed(traj: Trajectory, observe: str) -> Trajectory:
-    if observe == "params":
-        return traj
-    return Trajectory(params=[s[observe] for s in traj.state], state=[])
-
-
-def _run_refopt(make, leaves0, grads, observe: str) -> Trajectory:
+def _run(obj, leaves0, grads, observe: str = "params", key: str | None = None) -> Trajectory:
+    """The trajectory of ``obj`` (a refopt rule or an Adapter) on ``grads``: its params, or (``observe``) its
+    state entry ``key`` (default: ``observe``) as the params."""
     from refopt.core import Rule
+    from refopt.testing.adapters import RuleAdapter
 
-    obj = make()
-    if isinstance(obj, Rule):
-        fields = () if observe == "params" else (observe,)
-        traj, _ = refopt_trajectory(obj, leaves0, grads, len(grads), fields)
-        return _observed(traj, observe)
-    x = [np.array(a, copy=True) for a in leaves0]          # an Adapter (a variant written from equations)
-    state = obj.init(x)
-    traj = Trajectory()
-    for g in grads:
-        x, state = obj.step(state, x, [np.array(a, copy=True) for a in g])
-        traj.params.append([np.array(a) for a in x])
-    return traj
+    adapter = RuleAdapter(obj) if isinstance(obj, Rule) else obj
+    if observe == "params":
+        return trajectory(adapter, leaves0, grads)[0]
+    traj, _ = trajectory(adapter, leaves0, grads, state={observe: key or observe})
+    return Trajectory(params=[s[observe] for s in traj.state])
 
 
 def _run_peer(side: Side, leaves0, grads) -> Trajectory:
-    leaves = [np.array(a, copy=True) for a in leaves0]
-    if side.make_peer is not None:
-        runner = side.make_peer(leaves, leaves0[0].dtype.type)
-    else:
-        runner = peers.adapter(side.preset.peer).make(side.preset, leaves, leaves0[0].dtype.type)
-    traj = Trajectory()
-    for g in grads:
-        runner.step([np.array(a, copy=True) for a in g])
-        if side.observe == "params":
-            traj.params.append(runner.get_params())
-        else:
-            traj.params.append(runner.get_state()[side.observe])
-    return traj
+    adapter = side.make_peer() if side.make_peer is not None else peers.preset_adapter(side.preset)
+    return _run(adapter, leaves0, grads, side.observe, side.preset.state.get(side.observe))
 
 
 def _figures(a: Trajectory, b: Trajectory, leaves0, paths) -> dict:
-    fig = compare(b, a, leaves0, paths)          # compare(ref, peer): relative to the second side b
-    final = 0.0
-    for x, y in zip(a.params[-1], b.params[-1]):
-        d = float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) if x.size else 0.0
-        s = float(np.max(np.abs(np.asarray(y, np.float64)))) if y.size else 0.0
-        final = max(final, 0.0 if d == 0 else (d / s if s > 0 else math.inf))
-    def delta(xs, prev):          # the whole tree's update, flattened, in float64
-        return np.concatenate([(np.asarray(x, np.float64) - np.asarray(p, np.float64)).ravel()
-                               for x, p in zip(xs, prev)])
-    steps, prev_a, prev_b = [], list(leaves0), list(leaves0)
-    for xa, xb in zip(a.params, b.params):
-        da, db = delta(xa, prev_a), delta(xb, prev_b)
-        nb = float(np.linalg.norm(db))
-        if nb > 0:
-            steps.append(float(np.linalg.norm(da - db)) / nb)
-        prev_a, prev_b = xa, xb
-    step = float(np.median(steps)) if steps else 0.0
-    return {"final": final, "params": fig["params_rel"], "update": fig["update_rel"], "step": step,
-            "abs": fig["params_abs"]}
+    """The module docstring's figures of ``a`` against ``b`` (``paths``: the arrays' names)."""
+    f = figures(b, a, leaves0)
+    return {"final": f.final, "params": f.max("params_rel"), "update": f.max("update_rel"), "step": f.step,
+            "abs": f.max("params_abs")}
 
 
 def _gate(figs: dict, tol: dict) -> bool:
@@ -281,9 +246,9 @@ def run_entry(entry: Entry) -> EntryResult:
     paths, leaves0, grads = _problem(entry)
     trajs, ok_all = {}, True
     for side in entry.sides:
-        ref = _run_refopt(side.make_refopt, leaves0, grads, side.observe)
+        ref = _run(side.make_refopt(), leaves0, grads, side.observe)
         if side.restated:
-            other = _run_refopt(side.oracle, leaves0, grads, "params") if side.oracle else None
+            other = _run(side.oracle(), leaves0, grads) if side.oracle else None
             checked = "an independent restatement of its equations" if side.oracle else ""
         else:
             other = _run_peer(side, leaves0, grads)
@@ -349,59 +314,63 @@ def _p(name, peer, ctor, kw, make_rule, **extra) -> Preset:
 
 
 # ---------------------------------------------------------------------------------------------------
-# custom peer runners (the parts the preset adapters do not step: a scheduler, clipping, an averaged model)
+# custom peer adapters (the parts a preset's call does not step: a scheduler, clipping, an averaged model): the
+# preset's torch optimizer replaced by a subclass, run by the same TorchAdapter
+def _torch_subclass(preset: Preset, subclass):
+    """() -> the preset's adapter with torch.optim.<ctor> replaced by ``subclass(torch, base class)``."""
+    def make():
+        torch = peers.require("torch", "torch")
+        return peers.preset_adapter(preset, factory=subclass(torch, getattr(torch.optim, preset.peer_call[0])))
+    return make
+
+
 def _torch_lambda_lr(preset: Preset, lam):
     """torch.optim.<ctor> stepped with ``LambdaLR(opt, lam)`` (scheduler.step() after every opt.step())."""
-    def make(leaves, dtype):
-        torch = peers.require("torch", "torch")
-        runner = peers.adapter("torch").make(preset, leaves, dtype)
-        sched = torch.optim.lr_scheduler.LambdaLR(runner.opt, lam)
-        inner = runner.step
+    def subclass(torch, base):
+        class WithLambdaLR(base):
+            def __init__(self, params, **kwargs):
+                super().__init__(params, **kwargs)
+                self.scheduler = torch.optim.lr_scheduler.LambdaLR(self, lam)
 
-        def step(grads):
-            inner(grads)
-            sched.step()
-        runner.step = step
-        return runner
-    return make
+            def step(self, closure=None):
+                loss = super().step(closure)
+                self.scheduler.step()
+                return loss
+        return WithLambdaLR
+    return _torch_subclass(preset, subclass)
 
 
 def _torch_clipped(preset: Preset, max_norm: float):
     """``torch.nn.utils.clip_grad_norm_(params, max_norm)`` before every step of the preset's optimizer."""
-    def make(leaves, dtype):
-        torch = peers.require("torch", "torch")
-        ctor, _ = preset.peer_call
-        base = getattr(torch.optim, ctor)
-
+    def subclass(torch, base):
         class Clipped(base):
             def step(self, closure=None):
                 torch.nn.utils.clip_grad_norm_([p for g in self.param_groups for p in g["params"]], max_norm)
                 return super().step(closure)
-        from refopt.crosscheck.peers.torch import TorchRunner
-        return TorchRunner(preset, leaves, dtype, optimizer_cls=Clipped)
-    return make
+        return Clipped
+    return _torch_subclass(preset, subclass)
 
 
-class _AveragedModelRunner:
-    """torch.optim.swa_utils.AveragedModel(multi_avg_fn=get_ema_multi_avg_fn(decay)) updated after every step
-    of the preset's optimizer; state 'mu' is the averaged model's weights."""
-
-    def __init__(self, preset, leaves, dtype, decay):
-        torch = peers.require("torch", "torch")
+def _torch_averaged(preset: Preset, decay: float):
+    """torch.optim.swa_utils.AveragedModel(multi_avg_fn=get_ema_multi_avg_fn(decay)) of the params, updated
+    after every step of the preset's optimizer; the averaged weights are the state entry 'mu'."""
+    def subclass(torch, base):
         from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-        self.runner = peers.adapter("torch").make(preset, leaves, dtype)
-        self.model = torch.nn.ParameterList(self.runner.params)
-        self.avg = AveragedModel(self.model, multi_avg_fn=get_ema_multi_avg_fn(decay))
 
-    def step(self, grads):
-        self.runner.step(grads)
-        self.avg.update_parameters(self.model)
+        class Averaged(base):
+            def __init__(self, params, **kwargs):
+                super().__init__(params, **kwargs)
+                self.model = torch.nn.ParameterList([p for g in self.param_groups for p in g["params"]])
+                self.averaged = AveragedModel(self.model, multi_avg_fn=get_ema_multi_avg_fn(decay))
 
-    def get_params(self):
-        return self.runner.get_params()
-
-    def get_state(self):
-        return {"mu": [p.detach().numpy().copy() for p in self.avg.module]}
+            def step(self, closure=None):
+                loss = super().step(closure)
+                self.averaged.update_parameters(self.model)
+                for p, mu in zip(self.model, self.averaged.module):
+                    self.state[p]["mu"] = mu.detach().clone()
+                return loss
+        return Averaged
+    return _torch_subclass(preset, subclass)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -593,7 +562,7 @@ def _ema() -> Entry:
         (peer_side("torch AveragedModel", replace(tp, make_rule=after), observe="mu",
                    impl="torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9)) beside "
                         "torch.optim.SGD(lr=0.05, momentum=0.9)",
-                   make_peer=lambda leaves, dtype: _AveragedModelRunner(tp, leaves, dtype, 0.9),
+                   make_peer=_torch_averaged(tp, 0.9),
                    source="first average = a copy of the weights after step 1"),
          peer_side("optax.ema", _preset("optax.ema"), observe="mu", source="zero-init EMA divided by 1 - beta^t"),
          restated_side("x0 start", "an EMA started from the initial weights (timm ModelEmaV2)",

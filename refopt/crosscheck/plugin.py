@@ -28,7 +28,6 @@ closer than the rule; 5 times for the bfloat16 tier), or else the closest one, m
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -36,6 +35,7 @@ import numpy as np
 
 from refopt.crosscheck.presets import EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, Tol
 from refopt.crosscheck.problems import PROBLEMS, make_problem
+from refopt.crosscheck.run import Trajectory, entry_figures, figures, last_name, trajectory
 from refopt.testing.adapters import Adapter, RuleAdapter, make_adapter
 
 __all__ = ["check_impl", "PluginResult", "ProblemResult", "Diagnosis", "tolerance_tiers", "bf16_newton_schulz",
@@ -141,55 +141,6 @@ def _matrix_only(rule) -> bool:
     return False
 
 
-@dataclass
-class Run:
-    """A trajectory: params after every step (list of leaf lists) and the exposed state."""
-
-    params: list = field(default_factory=list)
-    state: list = field(default_factory=list)
-
-
-def run_adapter(adapter: Adapter, leaves0, grads) -> Run:
-    """Step ``adapter`` from ``leaves0`` through ``grads`` (one list of arrays per step)."""
-    x = [np.array(a, copy=True) for a in leaves0]
-    s = adapter.init(x)
-    out = Run()
-    for g in grads:
-        x, s = adapter.step(s, x, [np.array(a, copy=True) for a in g])
-        x = [np.asarray(a) for a in x]
-        out.params.append([np.array(a, copy=True) for a in x])   # an implementation may step in place
-        out.state.append(adapter.state_arrays(s))
-    return out
-
-
-def _rel(d: float, scale: float) -> float:
-    if d == 0:
-        return 0.0
-    return d / scale if scale > 0 else math.inf
-
-
-def _params_figures(ref: Run, other: Run, leaves0) -> tuple[np.ndarray, np.ndarray]:
-    """(params rel, update rel) as arrays of shape (steps, leaves)."""
-    n, k = len(ref.params), len(leaves0)
-    prel, urel = np.zeros((n, k)), np.zeros((n, k))
-    prev_r, prev_o = list(leaves0), list(leaves0)
-    for t in range(n):
-        for i in range(k):
-            a = np.asarray(other.params[t][i], np.float64)
-            b = np.asarray(ref.params[t][i], np.float64)
-            if a.shape != b.shape:
-                prel[t, i] = urel[t, i] = math.inf
-                continue
-            d = float(np.max(np.abs(a - b))) if a.size else 0.0
-            prel[t, i] = _rel(d, float(np.max(np.abs(b))) if b.size else 0.0) if np.isfinite(d) else math.inf
-            du = (a - np.asarray(prev_o[i], np.float64)) - (b - np.asarray(prev_r[i], np.float64))
-            dr = b - np.asarray(prev_r[i], np.float64)
-            nd = float(np.linalg.norm(du))
-            urel[t, i] = _rel(nd, float(np.linalg.norm(dr))) if np.isfinite(nd) else math.inf
-        prev_r, prev_o = ref.params[t], other.params[t]
-    return prel, urel
-
-
 #: the names peers give refopt's state fields (torch, optax, common hand-written ones)
 _STATE_NAMES = {"m": ("m", "exp_avg", "mu", "momentum_buffer", "exp_avg_m"), "v": ("v", "exp_avg_sq", "nu"),
                 "b": ("b", "momentum_buffer", "trace", "buf"), "vmax": ("vmax", "max_exp_avg_sq", "nu_max")}
@@ -198,11 +149,11 @@ _STATE_NAMES = {"m": ("m", "exp_avg", "mu", "momentum_buffer", "exp_avg_m"), "v"
 def _named(field: str, key: str) -> bool:
     """True when the implementation's state entry ``key`` (a path such as ``[0].mu`` or ``exp_avg``) names
     refopt's field ``field``."""
-    names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", key)
-    return bool(names) and names[-1] in _STATE_NAMES.get(field, (field,))
+    name = last_name(key)
+    return bool(name) and name in _STATE_NAMES.get(field, (field,))
 
 
-def _state_match(ref: Run, other: Run) -> dict:
+def _state_match(ref: Trajectory, other: Trajectory) -> dict:
     """{refopt field: (the implementation's entry of that name if it has one, else the closest by value, or
     None; max rel difference)}: a wrong first moment is reported as m against m, not paired by value with
     another entry it happens to be closer to."""
@@ -212,28 +163,13 @@ def _state_match(ref: Run, other: Run) -> dict:
     for f in ref.state[0]:
         best, named = (None, math.inf), None
         for key in (other.state[0] if other.state else {}):
-            worst = 0.0
-            ok = True
-            for rs, os_ in zip(ref.state, other.state):
-                ra, oa = rs.get(f), os_.get(key)
-                if ra is None or oa is None or len(ra) != len(oa):
-                    ok = False
-                    break
-                for a, b in zip(oa, ra):
-                    if b is None:
-                        continue
-                    if a is None or np.shape(a) != np.shape(b):
-                        ok = False
-                        break
-                    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
-                    d = float(np.max(np.abs(a64 - b64))) if b64.size else 0.0
-                    worst = max(worst, _rel(d, float(np.max(np.abs(b64))) if b64.size else 0.0)
-                                if np.isfinite(d) else math.inf)
-                if not ok:
-                    break
-            if ok and worst < best[1]:
+            fig = entry_figures(ref.state, other.state, f, key)
+            if fig is None:
+                continue
+            worst = float(fig[1].max(initial=0.0))
+            if worst < best[1]:
                 best = (key, worst)
-            if ok and named is None and _named(f, key):
+            if named is None and _named(f, key):
                 named = (key, worst)
         out[f] = named if named is not None else best
     return out
@@ -350,23 +286,13 @@ class PluginResult:
         return "\n".join(lines)
 
 
-def _nonfinite(run: Run, paths) -> tuple | None:
+def _nonfinite(run: Trajectory, paths) -> tuple | None:
     """(step, leaf path, 'NaN' or 'inf') of the first non-finite parameter the implementation returned."""
     for t, xs in enumerate(run.params):
         for path, x in zip(paths, xs):
             a = np.asarray(x)
             if a.dtype.kind in "fc" and not np.isfinite(a).all():
                 return t + 1, path, "NaN" if np.isnan(a).any() else "inf"
-    return None
-
-
-def _first(prel, urel, paths, tol: dict):
-    keys = [("params", prel), ("update", urel)]
-    for t in range(prel.shape[0]):
-        for i in range(prel.shape[1]):
-            for name, arr in keys:
-                if name in tol and not arr[t, i] <= tol[name]:
-                    return (t + 1, paths[i], name, float(arr[t, i]), tol[name])
     return None
 
 
@@ -418,18 +344,10 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
     results, runs = [], []
     for prob_name in problems:
         prob = make_problem(prob_name, DTYPES[dtype], seed, matrix_only=matrix_only)
-        ref = Run()
-        x = [np.array(a, copy=True) for a in prob.leaves]
-        s = ref_adapter.init(x)
-        grads = []
-        for t in range(1, steps + 1):
-            g = prob.grad(x, t)
-            grads.append(g)
-            x, s = ref_adapter.step(s, x, g)
-            ref.params.append([a.copy() for a in x])
-            ref.state.append(ref_adapter.state_arrays(s))
-        other = run_adapter(adapter, prob.leaves, grads)
-        prel, urel = _params_figures(ref, other, prob.leaves)
+        ref, grads = trajectory(ref_adapter, prob.leaves, prob.grad, steps, state="all")
+        other, _ = trajectory(adapter, prob.leaves, grads, state="all")
+        fig = figures(ref, other, prob.leaves)
+        prel, urel = fig.params_rel, fig.update_rel
         state = _state_match(ref, other)
         tier, first, gate = None, None, None
         for tname, tol in tiers:
@@ -439,7 +357,7 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
                 tier, gate = ("float32 rounding" if tname == "exact" and dtype == "float32" else tname), tt
                 break
         if tier is None:
-            first = _first(prel, urel, prob.paths, tiers[0][1].for_dtype(dtype, prob_name))
+            first = fig.first(prob.paths, tiers[0][1].for_dtype(dtype, prob_name))
             if first is None:     # only the state differs
                 first = (0, "-", "state", max(v for _, v in state.values()), tiers[0][1].for_dtype(dtype, prob_name)["state"])
         results.append(ProblemResult(prob_name, prob.paths, float(prel.max(initial=0.0)), float(urel.max(initial=0.0)),
@@ -464,9 +382,8 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
             with warnings.catch_warnings():   # e.g. a Partition variant with one group empty on a problem
                 warnings.simplefilter("ignore")
                 for prob, grads, other, _, _ in runs:
-                    vr = run_adapter(v.make(), prob.leaves, grads)
-                    p, u = _params_figures(vr, other, prob.leaves)
-                    worst = max(worst, float((u if bf16 else p).max(initial=0.0)))
+                    vr, _ = trajectory(v.make(), prob.leaves, grads)
+                    worst = max(worst, figures(vr, other, prob.leaves).max("update_rel" if bf16 else "params_rel"))
         except Exception:   # noqa: BLE001 - a variant that cannot run here (a schedule read at t = 0 or past
             continue        # the end of its table): it explains nothing, and must not stop the report
         diags.append(Diagnosis(v.name, v.detail, worst, worst <= limit and worst * factor <= res.rule_distance))

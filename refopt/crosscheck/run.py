@@ -1,21 +1,34 @@
-r"""Run refopt and a peer on identical inputs and compare them step by step.
+r"""Trajectories of any optimizer on a gradient sequence, and their step-by-step differences.
 
-Both sides start from the same initial arrays and receive the same gradient sequence (open loop, see
-:mod:`refopt.crosscheck.problems`). After every step t = 1..N the params (and the state entries the
-preset maps) are compared array by array:
+One code runs every optimizer refopt compares (:func:`trajectory`): a refopt rule
+(:class:`~refopt.testing.adapters.RuleAdapter`), a peer's call (:func:`refopt.crosscheck.peers.preset_adapter`),
+a user's implementation (:func:`refopt.testing.adapters.make_adapter`) or a convention variant, each as a
+pure-step :class:`~refopt.testing.adapters.Adapter`. Every side starts from the same initial arrays; the
+gradients are a recorded sequence (open loop, see :mod:`refopt.crosscheck.problems`) or a function of the
+params evaluated along the run (the reference side, whose recorded gradients are then fed to the others).
 
-* ``abs``: max |peer - refopt| over the array;
-* ``rel``: that divided by max |refopt| over the array (a max-norm relative difference; elementwise
-  relative errors are meaningless for entries that pass through zero);
-* ``update``: ||Delta_peer - Delta_refopt||_F / ||Delta_refopt||_F with Delta = x_t - x_{t-1} (each side
-  its own previous params), used where the step itself is approximate (torch Muon's bfloat16).
+:func:`figures` compares a trajectory with a reference one after every step t = 1..N, per array
+(b the reference, a the other side, both taken in float64):
 
-Each figure is the maximum over steps and arrays. A preset passes when every gated figure is within its
-tolerance (:class:`refopt.crosscheck.presets.Tol`).
+* ``abs``: max |a - b| over the array;
+* ``rel``: that divided by max |b| over the array (a max-norm relative difference; elementwise relative
+  errors are meaningless for entries that pass through zero); 0 where a = b, inf where b = 0 and a != b
+  or where a difference is not finite;
+* ``update``: ||Delta_a - Delta_b||_F / ||Delta_b||_F with Delta = x_t - x_{t-1} (each side its own
+  previous params), used where the step itself is approximate (torch Muon's bfloat16);
+* ``step``: the same over the whole tree (all arrays together), per step;
+* the state entries both trajectories record, as ``abs`` and ``rel``.
+
+The consumers read the summaries they need: the maximum over steps and arrays (:func:`compare`, the
+cross-check's figures: a preset passes when every gated figure is within its tolerance,
+:class:`refopt.crosscheck.presets.Tol`), the first step and array beyond a tolerance and the per-entry
+state matching (:mod:`refopt.crosscheck.plugin`), the difference after the last step and the median
+per-step difference (:mod:`refopt.crosscheck.divergences`).
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -29,50 +42,79 @@ DTYPES = {"float64": np.float64, "float32": np.float32}
 
 @dataclass
 class Trajectory:
-    """Params (and mapped state) after every step: params[t][i] is array i after step t+1."""
+    """Params (and recorded state) after every step: params[t][i] is array i after step t+1;
+    state[t] = {entry: [one array per params leaf]} (empty when no state is recorded)."""
 
     params: list = field(default_factory=list)
-    state: list = field(default_factory=list)      # state[t] = {field: [arrays]}
+    state: list = field(default_factory=list)
 
 
-def refopt_trajectory(rule, leaves0, grads_or_fn, steps: int, fields=()) -> tuple[Trajectory, list]:
-    """Run ``rule`` from ``leaves0`` (a list of arrays, a refopt pytree) for ``steps`` steps.
+def trajectory(adapter, leaves0, grads_or_fn, steps: int | None = None, state=None) -> tuple[Trajectory, list]:
+    """Step ``adapter`` (any :class:`~refopt.testing.adapters.Adapter`) from ``leaves0`` (a list of arrays).
 
-    ``grads_or_fn``: a list of gradient lists (one per step) or a function (leaves, t) -> gradient list
-    evaluated along refopt's own trajectory. Returns (trajectory, the gradients used)."""
-    import refopt
-    from refopt import tree as T
-
+    ``grads_or_fn``: a list of gradient lists (one per step) or a function (params, t) -> gradient list
+    evaluated along this run's own params (t = 1 first); ``steps``: how many steps (default: one per
+    gradient list). ``state``: None (record none), ``'all'`` (every entry of ``adapter.state_arrays``) or
+    a map {name: entry} (:func:`state_entry` resolves each entry). Every step gets fresh copies of the
+    gradients and of the params it returned, so an implementation that writes its inputs in place changes
+    nothing recorded. Returns (the trajectory, the gradients used). Raises KeyError for an entry the
+    adapter's state does not have, and whatever the adapter raises
+    (:class:`~refopt.testing.adapters.UserCodeError` for a user's code)."""
+    if steps is None:
+        steps = len(grads_or_fn)
     x = [np.array(a, copy=True) for a in leaves0]
-    state = refopt.init(rule, x)
+    shapes = [a.shape for a in x]
+    s = adapter.init(x)
     traj, used = Trajectory(), []
     for t in range(1, steps + 1):
         g = grads_or_fn(x, t) if callable(grads_or_fn) else grads_or_fn[t - 1]
         used.append(g)
-        x, state = refopt.update(rule, state, x, g)
-        traj.params.append([a.copy() for a in x])
-        if fields:
-            leaf_states = T.flatten_up_to(T.structure(x), state.leaves)
-            traj.state.append({f: [np.array(_field(s, f)) for s in leaf_states] for f in fields})
+        x, s = adapter.step(s, x, [np.array(a, copy=True) for a in g])
+        x = [np.asarray(a) for a in x]
+        traj.params.append([np.array(a, copy=True) for a in x])
+        if state == "all":
+            traj.state.append(adapter.state_arrays(s))
+        elif state:
+            arrays = adapter.state_arrays(s)
+            traj.state.append({name: state_entry(arrays, key, shapes) for name, key in state.items()})
     return traj, used
 
 
-def _field(s, name: str):
-    for part in name.split("."):
-        s = getattr(s, part)
-    return s
+def last_name(path: str) -> str:
+    """The last name in a state entry's path ('[0].mu' -> 'mu', 'base.m' -> 'm'; '' if none)."""
+    names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", path)
+    return names[-1] if names else ""
 
 
-def peer_trajectory(preset: Preset, leaves0, grads, dtype) -> Trajectory:
-    """Run the preset's peer from ``leaves0`` on the gradient lists ``grads`` (one list per step)."""
-    runner = peers.adapter(preset.peer).make(preset, [np.array(a, copy=True) for a in leaves0], dtype)
-    traj = Trajectory()
-    for g in grads:
-        runner.step([np.array(a, copy=True) for a in g])
-        traj.params.append(runner.get_params())
-        if preset.state:
-            traj.state.append(runner.get_state())
-    return traj
+def state_entry(arrays: dict, key: str, shapes) -> list:
+    """Entry ``key`` of an adapter's ``state_arrays`` holding one array shaped like each params leaf (refopt's
+    layout): the entry of that name, else the first whose path ends in it (optax's ``[0].mu`` for ``mu``).
+    Raises KeyError naming the entries there are."""
+    def fits(arrs) -> bool:
+        return len(arrs) == len(shapes) and all(a is not None and a.shape == s for a, s in zip(arrs, shapes))
+
+    if key in arrays and fits(arrays[key]):
+        return arrays[key]
+    for name, arrs in arrays.items():
+        if last_name(name) == key and fits(arrs):
+            return arrs
+    raise KeyError(f"the state has no entry {key!r} shaped like the params (entries: {sorted(arrays)})")
+
+
+def refopt_trajectory(rule, leaves0, grads_or_fn, steps: int, fields=()) -> tuple[Trajectory, list]:
+    """Run the refopt ``rule`` from ``leaves0`` (a list of arrays) for ``steps`` steps (:func:`trajectory`),
+    recording the state ``fields`` (refopt's names, e.g. ``'m'``, ``'base.v'``). Returns (trajectory,
+    the gradients used)."""
+    from refopt.testing.adapters import RuleAdapter
+
+    return trajectory(RuleAdapter(rule), leaves0, grads_or_fn, steps, {f: f for f in fields} or None)
+
+
+def peer_trajectory(preset: Preset, leaves0, grads, dtype=None) -> Trajectory:
+    """Run the preset's peer (:func:`refopt.crosscheck.peers.preset_adapter`) from ``leaves0`` on the gradient
+    lists ``grads``, recording its state entries under refopt's names (``preset.state``). The arrays'
+    dtype is the run's (``dtype`` is accepted for the callers that name it)."""
+    return trajectory(peers.preset_adapter(preset), leaves0, grads, state=preset.state or None)[0]
 
 
 def _rel(diff: float, scale: float) -> float:
@@ -81,37 +123,137 @@ def _rel(diff: float, scale: float) -> float:
     return diff / scale if scale > 0 else math.inf
 
 
+def leaf_diff(a, b) -> tuple[float, float]:
+    """(max |a - b|, that / max |b|) in float64, ``b`` the reference (same shapes); relative: 0 where a = b,
+    inf where b = 0 and a != b or where the difference is not finite."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if not b64.size:
+        return 0.0, 0.0
+    d = float(np.max(np.abs(a64 - b64)))
+    if not math.isfinite(d):
+        return d, math.inf
+    return d, _rel(d, float(np.max(np.abs(b64))))
+
+
+def entry_figures(ref_states: list, other_states: list, name: str, key: str):
+    """(abs, rel), arrays of shape (steps, leaves), of the other side's state entry ``key`` against the
+    reference's entry ``name`` (:func:`leaf_diff`; 0 where the reference has no array for a leaf), or None
+    when they cannot be compared (an entry missing, another number of leaves, another shape)."""
+    n = min(len(ref_states), len(other_states))
+    if not n:
+        return None
+    k = len(ref_states[0].get(name) or ())
+    dabs, drel = np.zeros((n, k)), np.zeros((n, k))
+    for t in range(n):
+        ra, oa = ref_states[t].get(name), other_states[t].get(key)
+        if ra is None or oa is None or len(ra) != len(oa) or len(ra) != k:
+            return None
+        for i, (a, b) in enumerate(zip(oa, ra)):
+            if b is None:
+                continue
+            if a is None or np.shape(a) != np.shape(b):
+                return None
+            dabs[t, i], drel[t, i] = leaf_diff(a, b)
+    return dabs, drel
+
+
+@dataclass
+class Figures:
+    """The differences of a trajectory from a reference one (:func:`figures`): rows are steps, columns
+    params leaves; ``step_rel`` (steps,) is the whole tree's update difference (nan where the reference
+    did not move); ``state_abs`` / ``state_rel``: {entry: (steps, leaves)} for the entries both record."""
+
+    params_abs: np.ndarray
+    params_rel: np.ndarray
+    update_rel: np.ndarray
+    step_rel: np.ndarray
+    state_abs: dict
+    state_rel: dict
+
+    def max(self, name: str) -> float:
+        """The maximum over steps and leaves of ``params_abs``, ``params_rel`` or ``update_rel`` (0 if empty)."""
+        return float(getattr(self, name).max(initial=0.0))
+
+    def state_max(self, which: str = "rel") -> float | None:
+        """The maximum over entries, steps and leaves of the state figures ('abs' or 'rel'); None if none."""
+        arrs = [a for a in getattr(self, f"state_{which}").values() if a.size]
+        return max(float(a.max()) for a in arrs) if arrs else None
+
+    @property
+    def final(self) -> float:
+        """max over leaves of params rel after the last step."""
+        return float(self.params_rel[-1].max(initial=0.0)) if len(self.params_rel) else 0.0
+
+    @property
+    def step(self) -> float:
+        """The median over steps of ``step_rel`` (the steps where the reference moved; 0 if none)."""
+        v = self.step_rel[~np.isnan(self.step_rel)]
+        return float(np.median(v)) if v.size else 0.0
+
+    def worst(self, paths) -> str:
+        """'<path> @ step <t>' of the (first) largest params rel; '' when every one is 0."""
+        if not self.params_rel.size or not self.params_rel.max() > 0:
+            return ""
+        t, i = np.unravel_index(int(np.argmax(self.params_rel)), self.params_rel.shape)
+        return f"{paths[i]} @ step {t + 1}"
+
+    def first(self, paths, tol: dict) -> tuple | None:
+        """(step, leaf path, figure, value, tolerance) of the first step and leaf where params or update rel
+        exceeds ``tol`` ({figure: rel}); None if none does."""
+        keys = [(name, getattr(self, f"{name}_rel")) for name in ("params", "update")]
+        for t in range(self.params_rel.shape[0]):
+            for i in range(self.params_rel.shape[1]):
+                for name, arr in keys:
+                    if name in tol and not arr[t, i] <= tol[name]:
+                        return (t + 1, paths[i], name, float(arr[t, i]), tol[name])
+        return None
+
+
+def figures(ref: Trajectory, other: Trajectory, leaves0) -> Figures:
+    """The figures of the module docstring of ``other`` against ``ref``, both started from ``leaves0``, for
+    the steps both have. An array whose shape differs from the reference's counts as inf."""
+    n, k = min(len(ref.params), len(other.params)), len(leaves0)
+    pabs, prel, urel, srel = np.zeros((n, k)), np.zeros((n, k)), np.zeros((n, k)), np.full(n, np.nan)
+    prev_r, prev_o = list(leaves0), list(leaves0)
+    for t in range(n):
+        dus, drs = [], []
+        for i in range(k):
+            a = np.asarray(other.params[t][i], np.float64)
+            b = np.asarray(ref.params[t][i], np.float64)
+            if a.shape != b.shape:
+                pabs[t, i] = prel[t, i] = urel[t, i] = math.inf
+                continue
+            pabs[t, i], prel[t, i] = leaf_diff(a, b)
+            dr = b - np.asarray(prev_r[i], np.float64)
+            du = (a - np.asarray(prev_o[i], np.float64)) - dr
+            nd = float(np.linalg.norm(du))
+            urel[t, i] = _rel(nd, float(np.linalg.norm(dr))) if math.isfinite(nd) else math.inf
+            dus.append(du.ravel())
+            drs.append(dr.ravel())
+        if drs:
+            nb = float(np.linalg.norm(np.concatenate(drs)))
+            if nb > 0:
+                srel[t] = float(np.linalg.norm(np.concatenate(dus))) / nb
+        prev_r, prev_o = ref.params[t], other.params[t]
+    sabs, sre = {}, {}
+    if ref.state and other.state:
+        for name in ref.state[0]:
+            fig = entry_figures(ref.state, other.state, name, name) if name in other.state[0] else None
+            if fig is not None:
+                sabs[name], sre[name] = fig
+    return Figures(pabs, prel, urel, srel, sabs, sre)
+
+
 def compare(ref: Trajectory, peer: Trajectory, leaves0, paths) -> dict:
-    """The figures of the module docstring (and where the worst params difference was)."""
-    out = {"params_abs": 0.0, "params_rel": 0.0, "update_rel": 0.0, "state_abs": None, "state_rel": None,
-           "worst": ""}
-    prev_r = list(leaves0)
-    prev_p = list(leaves0)
-    for t, (xr, xp) in enumerate(zip(ref.params, peer.params), start=1):
+    """The cross-check's figures (the maxima over steps and arrays of the module docstring's figures, and
+    where the worst params difference was). Raises ValueError when the peer returned another shape."""
+    for xr, xp in zip(ref.params, peer.params):
         for i, (a, b) in enumerate(zip(xp, xr)):
             if a.shape != b.shape:
                 raise ValueError(f"peer returned shape {a.shape} for {paths[i]}, refopt has {b.shape}")
-            a64, b64 = a.astype(np.float64), b.astype(np.float64)
-            d = float(np.max(np.abs(a64 - b64))) if a.size else 0.0
-            r = _rel(d, float(np.max(np.abs(b64))) if b.size else 0.0)
-            if r > out["params_rel"]:
-                out["worst"] = f"{paths[i]} @ step {t}"
-            out["params_abs"] = max(out["params_abs"], d)
-            out["params_rel"] = max(out["params_rel"], r)
-            du_r = b64 - prev_r[i].astype(np.float64)
-            du_p = a64 - prev_p[i].astype(np.float64)
-            out["update_rel"] = max(out["update_rel"],
-                                    _rel(float(np.linalg.norm(du_p - du_r)), float(np.linalg.norm(du_r))))
-        prev_r, prev_p = xr, xp
-    for sr, sp in zip(ref.state, peer.state):
-        for f in sr:
-            for i, (a, b) in enumerate(zip(sp[f], sr[f])):
-                a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
-                d = float(np.max(np.abs(a64 - b64))) if a64.size else 0.0
-                r = _rel(d, float(np.max(np.abs(b64))) if b64.size else 0.0)
-                out["state_abs"] = max(out["state_abs"] or 0.0, d)
-                out["state_rel"] = max(out["state_rel"] or 0.0, r)
-    return out
+    f = figures(ref, peer, leaves0)
+    return {"params_abs": f.max("params_abs"), "params_rel": f.max("params_rel"), "update_rel": f.max("update_rel"),
+            "state_abs": f.state_max("abs"), "state_rel": f.state_max("rel"), "worst": f.worst(paths)}
 
 
 @dataclass

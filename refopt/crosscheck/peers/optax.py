@@ -1,16 +1,19 @@
-"""optax peer: runs ``optax.<name>(**kwargs)`` (or ``optax.contrib.<name>``) on a list of arrays.
+"""optax peer: ``optax.<name>(**kwargs)`` (or ``optax.contrib.<name>``) as an
+:class:`~refopt.testing.adapters.OptaxAdapter` on a list of arrays.
 
 JAX float64 is enabled in a scope (``jax.enable_x64(True)``, :func:`refopt.testing.adapters.x64_scope`)
-around every JAX call of the runner, so float64 arrays stay float64 (float32 arrays stay float32) and the
-global ``jax_enable_x64`` flag of the caller's process is never changed. Params are a Python list of jax arrays;
-one step is ``updates, s = tx.update(g, s, params); params = optax.apply_updates(params, updates)``,
-jit-compiled once per runner. State keys are optax state field names (``mu``, ``nu``, ``trace``, ``z``)
-found with ``optax.tree_utils.tree_get_all_with_path``; the first match shaped like the params is used.
+around every JAX call of the adapter, so float64 arrays stay float64 (float32 arrays stay float32) and the
+global ``jax_enable_x64`` flag of the caller's process is never changed. One step is ``updates, s =
+tx.update(g, s, params); params = optax.apply_updates(params, updates)``, jit-compiled once per adapter.
+State entries are named by their path in optax's state (``[0].mu``, ``z``); a preset's state key (``mu``,
+``nu``, ``trace``, ``z``) is the entry of that name or the first whose path ends in it, shaped like the
+params (:func:`refopt.crosscheck.run.state_entry`).
 
 Special constructor ``'ema'`` (CONVENTIONS.md 2.6): optax.ema averages *updates*, refopt.EMA averages
-*iterates*. The comparable pairing: run ``optax.sgd(learning_rate, momentum)`` and feed its iterates
-x_t to ``optax.ema(decay, debias=True)``; the EMA output is exposed as state key ``'ema'``.
+*iterates*. The comparable pairing (:class:`IterateEMA`): run ``optax.sgd(learning_rate, momentum)`` and
+feed its iterates x_t to ``optax.ema(decay, debias=True)``; the EMA output is the state entry ``'ema'``.
 
+Special constructor ``'chain:<clip>+<optimizer>'``: ``optax.chain(optax.<clip>(max_norm), <optimizer>)``.
 A callable constructor ``ctor(optax, **kwargs) -> GradientTransformation`` builds any other chain (the
 divergence atlas's, :mod:`refopt.crosscheck.divergences`).
 
@@ -27,17 +30,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from refopt import tree as T
 from refopt.crosscheck.peers import require
+from refopt.testing.adapters import OptaxAdapter
 
 
 def load():
     require("jax", "optax")
     return require("optax", "optax")
-
-
-def _x64():
-    from refopt.testing.adapters import x64_scope
-    return x64_scope(True)
 
 
 def float64_warmup(lr: float, warmup_steps: int):
@@ -65,69 +65,42 @@ def _build(optax, ctor, kw: dict):
     return obj(**kw)
 
 
-class OptaxRunner:
-    def __init__(self, preset, leaves, dtype):
-        with _x64():
-            self._init(preset, leaves, dtype)
+def preset_adapter(preset, factory=None):
+    """The preset's optax call as an OptaxAdapter (the special constructors of the module docstring);
+    ``factory(**kwargs)`` replaces the constructor."""
+    optax = load()
+    ctor, kw = preset.peer_call
+    kw = dict(kw)
+    name = f"optax.{ctor}" if isinstance(ctor, str) else f"optax chain {getattr(ctor, '__name__', ctor)}"
+    if factory is not None:
+        return OptaxAdapter(factory, kw, name=name)
+    if ctor == "ema":
+        return IterateEMA(kw.pop("decay"), kw)
+    return OptaxAdapter(lambda: _build(optax, ctor, dict(kw)), name=name)
 
-    def _init(self, preset, leaves, dtype):
+
+class IterateEMA(OptaxAdapter):
+    """``optax.sgd(**sgd_kwargs)`` whose iterates x_t are fed to ``optax.ema(decay, debias=True)``; its output
+    (the debiased EMA of the iterates) is the state entry ``'ema'``."""
+
+    def __init__(self, decay: float, sgd_kwargs: dict):
         optax = load()
-        import jax
-        import jax.numpy as jnp
+        super().__init__(optax.sgd, sgd_kwargs, name=f"optax.ema({decay!r}, debias=True) of optax.sgd's iterates")
+        self.ema = optax.ema(decay, debias=True)
+        self._ema = self.jax.jit(lambda x, s: self.ema.update(x, s))
 
-        self.jnp = jnp
-        self.preset = preset
-        self.params = [jnp.asarray(x) for x in leaves]
-        ctor, kw = preset.peer_call
-        kw = dict(kw)
-        self.is_ema = ctor == "ema"
-        if self.is_ema:
-            decay = kw.pop("decay")
-            tx = optax.sgd(**kw)
-            ema = optax.ema(decay, debias=True)
-            self.ema_state = ema.init(self.params)
-            self.ema_value = None
-        else:
-            tx = _build(optax, ctor, kw)
-        self.state = tx.init(self.params)
-        self.sign = -1.0 if preset.negate_peer_grads else 1.0
+    def init(self, params):
+        inner = super().init(params)
+        with self._scope():
+            return inner, self.ema.init(self._to_jax(T.flatten(params)[0])), None
 
-        def step(params, state, grads):
-            updates, state = tx.update(grads, state, params)
-            return optax.apply_updates(params, updates), state
+    def step(self, state, params, grads):
+        inner, ema_state, _ = state
+        new, inner = super().step(inner, params, grads)
+        with self._scope():
+            value, ema_state = self._ema(self._to_jax(T.flatten(new)[0]), ema_state)
+        return new, (inner, ema_state, value)
 
-        self._step = jax.jit(step)
-        if self.is_ema:
-            self._ema = jax.jit(lambda x, s: ema.update(x, s))
-        self.optax = optax
-
-    def step(self, grads):
-        with _x64():
-            g = [self.jnp.asarray(self.sign * a if self.sign != 1.0 else a) for a in grads]
-            self.params, self.state = self._step(self.params, self.state, g)
-            if self.is_ema:
-                self.ema_value, self.ema_state = self._ema(self.params, self.ema_state)
-
-    def get_params(self):
-        return [np.asarray(p) for p in self.params]
-
-    def get_state(self):
-        out = {}
-        shapes = [p.shape for p in self.params]
-        for field, key in self.preset.state.items():
-            if key == "ema":
-                out[field] = [np.asarray(a) for a in self.ema_value]
-                continue
-            found = None
-            for _, val in self.optax.tree_utils.tree_get_all_with_path(self.state, key):
-                if isinstance(val, (list, tuple)) and [getattr(a, "shape", None) for a in val] == shapes:
-                    found = val
-                    break
-            if found is None:
-                raise KeyError(f"optax state has no entry {key!r} shaped like the params")
-            out[field] = [np.asarray(a) for a in found]
-        return out
-
-
-def make(preset, leaves, dtype):
-    return OptaxRunner(preset, leaves, dtype)
+    def state_arrays(self, state) -> dict:
+        value = state[2]
+        return {} if value is None else {"ema": [np.asarray(a) for a in value]}

@@ -1,69 +1,44 @@
-"""torch.optim peer: runs ``torch.optim.<Class>(params, **kwargs)`` on CPU in the requested dtype.
+"""torch.optim peer: ``torch.optim.<Class>(params, **kwargs)`` as a
+:class:`~refopt.testing.adapters.TorchAdapter` (CPU, the arrays' dtype, torch's default dtype set to it
+while the optimizer is built and stepped).
 
-Gradients are handed over as ``p.grad`` (fresh tensors, so the optimizer cannot alias refopt's arrays);
-``foreach=False`` is forced where the class takes it (the single-tensor code path of CONVENTIONS.md 1).
-Layout 'transpose' gives torch the transpose of every matrix (torch's (out, in) Linear layout) and
-transposes params and state back. State keys are torch's ``optimizer.state[p]`` names
-(``momentum_buffer``, ``exp_avg``, ``exp_avg_sq``).
+``foreach=False`` is passed where the class takes it (the single-tensor code path of CONVENTIONS.md 1).
+Layout 'transpose' gives torch the transpose of every matrix (torch's (out, in) Linear layout, the
+adapter's layout 'torch') and transposes params and state back. State entries are torch's
+``optimizer.state[p]`` names (``momentum_buffer``, ``exp_avg``, ``exp_avg_sq``).
 """
 from __future__ import annotations
 
-import numpy as np
+import inspect
 
 from refopt.crosscheck.peers import require
+
+#: Preset.layout -> the adapter's layout
+LAYOUTS = {"same": "refopt", "transpose": "torch"}
 
 
 def load():
     return require("torch", "torch")
 
 
-_FOREACH = {"SGD", "Adam", "AdamW"}
+def takes_foreach(cls) -> bool:
+    """True when the optimizer class takes a ``foreach`` argument."""
+    try:
+        return "foreach" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
 
 
-class TorchRunner:
-    def __init__(self, preset, leaves, dtype, optimizer_cls=None):
-        torch = load()
-        self.torch = torch
-        self.preset = preset
-        self.transpose = preset.layout == "transpose"
-        self.params = [torch.nn.Parameter(torch.from_numpy(self._to_peer(x).copy())) for x in leaves]
-        ctor, kw = preset.peer_call
-        kw = dict(kw)
-        if optimizer_cls is None:
-            optimizer_cls = getattr(torch.optim, ctor)
-            if ctor in _FOREACH:
-                kw.setdefault("foreach", False)
-        self.opt = optimizer_cls(self.params, **kw)
-        self.sign = -1.0 if preset.negate_peer_grads else 1.0
+def preset_adapter(preset, factory=None, prefix: str = "torch.optim"):
+    """The preset's ``torch.optim.<ctor>(params, **kwargs)`` (or ``factory(params, **kwargs)``, which then
+    gets the kwargs as they are) as a TorchAdapter in the preset's layout."""
+    from refopt.testing.adapters import TorchAdapter
 
-    def _to_peer(self, a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a.T) if self.transpose and a.ndim == 2 else a
-
-    def _from_peer(self, a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a.T) if self.transpose and a.ndim == 2 else np.array(a)
-
-    def step(self, grads):
-        for p, g in zip(self.params, grads):
-            p.grad = self.torch.from_numpy((self.sign * self._to_peer(g)).astype(g.dtype, copy=True))
-        # torch keeps some scalars (NAdam's mu_product) in its default dtype: float64 while a float64 run steps,
-        # scoped to the step and restored (a float32 product alone costs about 1e-10)
-        old = self.torch.get_default_dtype()
-        if self.params and self.params[0].dtype == self.torch.float64:
-            self.torch.set_default_dtype(self.torch.float64)
-        try:
-            self.opt.step()
-        finally:
-            self.torch.set_default_dtype(old)
-
-    def get_params(self):
-        return [self._from_peer(p.detach().numpy()) for p in self.params]
-
-    def get_state(self):
-        out = {}
-        for field, key in self.preset.state.items():
-            out[field] = [self._from_peer(self.opt.state[p][key].detach().numpy()) for p in self.params]
-        return out
-
-
-def make(preset, leaves, dtype):
-    return TorchRunner(preset, leaves, dtype)
+    torch = load()
+    ctor, kw = preset.peer_call
+    kw = dict(kw)
+    if factory is None:
+        factory = getattr(torch.optim, ctor)
+        if takes_foreach(factory):
+            kw.setdefault("foreach", False)
+    return TorchAdapter(factory, kw, layout=LAYOUTS[preset.layout], name=f"{prefix}.{ctor}")
