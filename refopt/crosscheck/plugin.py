@@ -95,13 +95,15 @@ def tolerance_tiers(rule, framework: str, bf16_ns: bool | None = None) -> list[t
     """The acceptable tolerance tiers for ``rule`` checked against a ``framework`` implementation.
     ``bf16_ns``: the implementation runs Newton-Schulz in bfloat16 (torch.optim.Muon; see
     :func:`bf16_newton_schulz`), which adds the loose MUON_TORCH_BF16 tier (None: any torch one)."""
-    names = [type(r).__name__ for r in _walk(rule)]
-    ns = any(type(r).__name__ == "Muon" and getattr(r, "msign", "") == "newton_schulz" for r in _walk(rule))
+    from refopt.rules.muon import Muon
+    from refopt.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
+
+    ns = any(isinstance(r, Muon) and r.msign == "newton_schulz" for r in _walk(rule))
     tiers = [("reassociation (Newton-Schulz matmuls)", MUON_OPTAX)] if ns else [("exact", EXACT)]
     if ns and (framework == "torch" if bf16_ns is None else bf16_ns):
         tiers.append(("bfloat16 Newton-Schulz (torch.optim.Muon)", MUON_TORCH_BF16))
-    if framework == "jax" and any(n.startswith("ScheduleFree") and getattr(r, "warmup_steps", 0)
-                                  for n, r in zip(names, _walk(rule))):
+    if framework == "jax" and any(isinstance(r, (ScheduleFreeSGD, ScheduleFreeAdamW)) and r.warmup_steps
+                                  for r in _walk(rule)):
         tiers.append(("optax float32 warmup", OPTAX_F32_WARMUP))
     return tiers
 
