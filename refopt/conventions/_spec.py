@@ -38,7 +38,6 @@ Tolerances (:class:`Tol`, see docs/crosscheck.md for the derivations):
 from __future__ import annotations
 
 import inspect
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 

@@ -260,6 +260,110 @@ OPTAX_AMSGRAD = PeerMapping("optax.amsgrad", "optax", "amsgrad", dict(_OA), _opt
                             match=_optax_match(Adam, False, amsgrad=True))
 
 _ADAM = ("m", "v")
+
+# ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
+def atlas_nadam():
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side
+
+    R = _rules()
+    t1 = _preset("torch.NAdam")
+    o1 = _preset("optax.nadam")
+    t3 = _p("torch.NAdam(lr=1e-3)", "torch", "NAdam", dict(lr=1e-3), lambda: R.Adam(lr=1e-3, nesterov=True,
+                                                                                      momentum_decay=4e-3),
+            state={"m": "exp_avg", "v": "exp_avg_sq"})
+    o3 = _p("optax.nadam(1e-3)", "optax", "nadam", dict(learning_rate=1e-3), lambda: R.Adam(lr=1e-3, nesterov=True))
+    tinf = _p("torch.NAdam(psi=1e9)", "torch", "NAdam", dict(lr=1e-2, momentum_decay=1e9),
+              lambda: R.Adam(lr=1e-2, nesterov=True, momentum_decay=1e9))
+    return Entry(
+        "nadam-momentum-decay", "torch.optim.NAdam (Dozat's momentum schedule) vs optax.nadam (constant beta1)",
+        (peer_side("torch", t1, source="Dozat 2016 (momentum schedule mu_t = b1 (1 - 0.96^(t psi)/2), psi = 4e-3)"),
+         peer_side("optax", o1, source="constant beta1 (the psi -> infinity limit)"),
+         peer_side("torch lr=1e-3", t3), peer_side("optax lr=1e-3", o3),
+         peer_side("torch psi=1e9", tinf)),
+        (Pair("torch", "optax", "step", 0.1, what="per-step update (median over steps), lr 1e-2"),
+         Pair("torch", "optax", "final", 1e-3, what="params after 50 steps, lr 1e-2"),
+         Pair("torch lr=1e-3", "optax lr=1e-3", "final", 1e-4, what="params after 50 steps, lr 1e-3"),
+         Pair("torch psi=1e9", "optax", "params", 1e-12, "max", what="psi -> infinity: torch = optax")),
+        "torch follows Dozat's paper (the momentum schedule, ICLR 2016 workshop); optax uses its constant-beta1 "
+        "special case. Neither applies Dozat's extra beta2 factor on vhat (Optimisers.jl does).",
+        "Dozat 2016, 'Incorporating Nesterov Momentum into Adam'; CONVENTIONS.md 1.2, 2.3, 7, 10.7")
+
+
+def atlas_adam_eps():
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _variants, peer_side, restated_side
+
+    V = _variants()
+    tp = _preset("torch.Adam")
+    root = _p("optax.adam(eps=0, eps_root=1e-8)", "optax", "adam", dict(learning_rate=1e-2, eps=0.0, eps_root=1e-8),
+              None)
+    return Entry(
+        "adam-eps-placement", "Adam's eps: outside the square root (torch, optax's eps), inside it (optax's "
+        "eps_root), or eps-hat (TensorFlow/Keras, Kingma & Ba's efficient form)",
+        (peer_side("torch", tp, source="Kingma & Ba 2015, Algorithm 1: mhat / (sqrt(vhat) + eps)"),
+         peer_side("optax eps_root", root, refopt="variants.ConventionAdam(lr=0.01, eps=1e-8, eps_mode='inside')",
+                   make_refopt=lambda: V.ConventionAdam(1e-2, 0.9, 0.999, 1e-8, eps_mode="inside"),
+                   source="mhat / sqrt(vhat + eps_root)"),
+         restated_side("eps-hat (TF/Keras)", "tf.keras.optimizers.Adam / Kingma & Ba section 2's efficient form: "
+                       "lr sqrt(1-b2^t)/(1-b1^t) m / (sqrt(v) + eps_hat)",
+                       lambda: V.ConventionAdam(1e-2, 0.9, 0.999, 1e-8, eps_mode="hat"),
+                       refopt="variants.ConventionAdam(lr=0.01, eps=1e-8, eps_mode='hat')",
+                       source="TensorFlow/Keras (not installed here)")),
+        (Pair("optax eps_root", "torch", "final", 1e-3, what="params after 50 steps (the 1e-8 gradient leaf)"),
+         Pair("eps-hat (TF/Keras)", "torch", "final", 1e-3, what="params after 50 steps (the 1e-8 gradient leaf)")),
+        "Kingma & Ba's Algorithm 1 puts eps outside sqrt(vhat) (torch, optax); their efficient form (section 2) "
+        "uses eps-hat = eps sqrt(1-b2^t), which TF/Keras ships; eps inside the root is optax's eps_root, for "
+        "differentiating through Adam. They differ where |g| ~ eps (PITFALLS B02).",
+        "Kingma & Ba 2015; PITFALLS B02; CONVENTIONS.md 1.2, 2.3")
+
+
+def atlas_adamw_decay():
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, _variants, peer_side, restated_side
+
+    R = _rules()
+    tw = _preset("torch.AdamW(wd=0.1)")                     # lr 3e-2, betas (0.9, 0.95), wd 0.1
+    ow = _preset("optax.adamw(wd=0.1)")
+    ind = lambda lr, wd: (lambda: R.AdamW(lr=lr, beta1=0.9, beta2=0.95, weight_decay=wd, wd_mode="independent"))
+    V = _variants()
+
+    def ind_oracle(lr, wd):      # x <- x (1 - wd) - lr u, written from the equation (refopt.crosscheck.variants)
+        return lambda: V.ConventionAdam(lr, 0.9, 0.95, 1e-8, weight_decay=wd, decay="independent")
+    t1 = _p("torch.AdamW(lr=1e-2)", "torch", "AdamW", dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1),
+            lambda: R.AdamW(lr=1e-2, beta1=0.9, beta2=0.95, weight_decay=0.1))
+    return Entry(
+        "adamw-decay-coupling", "AdamW's decay: coupled to lr (torch, optax: x(1 - lr wd)) vs lr-independent "
+        "(arXiv:2405.13698: x(1 - wd'))",
+        (peer_side("torch lr=3e-2", tw, source="Loshchilov & Hutter's AdamW as torch ships it: eta_t lr wd"),
+         peer_side("optax lr=3e-2", ow, source="the same coupling"),
+         restated_side("independent wd'=3e-3, lr=3e-2", "independent decay wd' = lr wd = 3e-3 at lr 3e-2",
+                       ind(3e-2, 3e-3), oracle=ind_oracle(3e-2, 3e-3), source="arXiv:2405.13698"),
+         peer_side("torch lr=1e-2", t1, source="the same wd = 0.1 at lr 1e-2"),
+         restated_side("independent wd'=3e-3, lr=1e-2", "the same wd' = 3e-3 at lr 1e-2", ind(1e-2, 3e-3),
+                       oracle=ind_oracle(1e-2, 3e-3), source="arXiv:2405.13698: the decay does not follow lr")),
+        (Pair("torch lr=3e-2", "optax lr=3e-2", "params", 1e-12, "max", what="torch and optax agree"),
+         Pair("torch lr=3e-2", "independent wd'=3e-3, lr=3e-2", "params", 1e-12, "max",
+              what="wd' = lr wd: the same run"),
+         Pair("torch lr=1e-2", "independent wd'=3e-3, lr=1e-2", "final", 1e-3,
+              what="change lr only: the coupled decay follows it, the independent one does not")),
+        "Loshchilov & Hutter decouple the decay from the gradient but scale it by the schedule multiplier eta_t; "
+        "torch and optax also multiply it by the peak lr. arXiv:2405.13698 (post 001) argues for lr-independent "
+        "decay so that the EMA timescale 1/(lr wd) stays put when lr is retuned (muP).",
+        "Loshchilov & Hutter 2019; arXiv:2405.13698; SOURCES.md 'Weight decay that transfers'; PITFALLS B05")
+
+
+def atlas_amsgrad():
+    from refopt.crosscheck.divergences import Entry, Pair, _preset, peer_side
+
+    return Entry(
+        "amsgrad-max", "AMSGrad: torch keeps the maximum of the raw v and bias-corrects it; optax.amsgrad keeps "
+        "the maximum of the bias-corrected v",
+        (peer_side("torch", _preset("torch.Adam(amsgrad)"), source="max of v_t, then / sqrt(1 - b2^t)"),
+         peer_side("optax", _preset("optax.amsgrad"), source="max of v_t / (1 - b2^t)")),
+        (Pair("torch", "optax", "final", 1e-6, what="params after 50 steps"),),
+        "Reddi et al. (2018) state AMSGrad without bias correction (max of v); torch adds the correction after the "
+        "max (the max then decays with 1/sqrt(1-b2^t)), optax before it.",
+        "Reddi et al. 2018; CONVENTIONS.md 1.2, 2.3")
+
+
 CONVENTIONS = Conventions(
     rules=(Adam, AdamW),
     mappings=(TORCH_ADAM, TORCH_ADAMW, TORCH_NADAM, OPTAX_ADAM, OPTAX_ADAMW, OPTAX_NADAM, OPTAX_NADAMW, OPTAX_AMSGRAD),
@@ -340,7 +444,7 @@ CONVENTIONS = Conventions(
         Example("nadam_torch", lambda: Adam(lr=0.05, nesterov=True, momentum_decay=4e-3)),
         Example("nadamw_torch", lambda: AdamW(lr=0.05, weight_decay=0.01, nesterov=True, momentum_decay=4e-3)),
     ),
-    atlas=("nadam-momentum-decay", "adam-eps-placement", "adamw-decay-coupling", "amsgrad-max"),
+    atlas=(atlas_nadam, atlas_adam_eps, atlas_adamw_decay, atlas_amsgrad,),
 )
 
 

@@ -77,6 +77,37 @@ OPTAX_EMA = PeerMapping("optax.ema", "optax", "ema", dict(debias=True, momentum=
                                            "refopt's EMA does not keep (its debias=False starts at x_0)")},
                         state={"mu": "ema"})
 
+
+# ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
+def atlas_ema():
+    from dataclasses import replace
+    from refopt.crosscheck.divergences import (Entry, Pair, _p, _preset, _rules, _torch_averaged, peer_side,
+                                               restated_side)
+
+    R = _rules()
+    base = dict(lr=0.05, momentum=0.9)
+    tp = _p("torch.SGD", "torch", "SGD", base, None)
+    after = lambda: R.EMA(R.SGD(**base), decay=0.9, debias=False, start="after_first_step")
+    return Entry(
+        "ema-start", "Where an EMA of the weights starts: torch AveragedModel (the weights after step 1), "
+        "optax.ema (debiased from zero), x_0 (param-init)",
+        (peer_side("torch AveragedModel", replace(tp, make_rule=after), observe="mu",
+                   impl="torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9)) beside "
+                        "torch.optim.SGD(lr=0.05, momentum=0.9)",
+                   make_peer=_torch_averaged(tp, 0.9),
+                   source="first average = a copy of the weights after step 1"),
+         peer_side("optax.ema", _preset("optax.ema"), observe="mu", source="zero-init EMA divided by 1 - beta^t"),
+         restated_side("x0 start", "an EMA started from the initial weights (timm ModelEmaV2)",
+                       lambda: R.EMA(R.SGD(**base), decay=0.9, debias=False, start="x0"), observe="mu",
+                       source="timm ModelEmaV2 (not installed here)")),
+        (Pair("torch AveragedModel", "optax.ema", "params", 0.01, what="max over steps"),
+         Pair("x0 start", "optax.ema", "params", 0.01, what="max over steps"),
+         Pair("x0 start", "torch AveragedModel", "params", 0.01, what="max over steps")),
+        "no paper fixes the start; the debiased form (Kingma & Ba's bias correction applied to iterates) weights "
+        "x_1..x_t by beta^(t-k) exactly; the other two put extra weight on x_1 or x_0 (PITFALLS B16).",
+        "PITFALLS B16; post 004 eq. (2); CONVENTIONS.md 2.6")
+
+
 CONVENTIONS = Conventions(
     rules=(Average, EMA),
     mappings=(OPTAX_EMA,),
@@ -103,6 +134,6 @@ CONVENTIONS = Conventions(
         Example("ema_torch_after_first_step", lambda: EMA(SGD(lr=0.1, momentum=0.9), decay=0.9, debias=False,
                                                           start="after_first_step")),
     ),
-    atlas=("ema-start",),
+    atlas=(atlas_ema,),
 )
 del AdamW

@@ -67,6 +67,31 @@ TORCH = PeerMapping("torch.nn.utils.clip_grad_norm_ + torch.optim.SGD", "torch",
                         SGD(lr=lr, momentum=momentum), max_norm=max_norm, eps=1e-6),
                     "clip", required=("max_norm",))
 
+
+# ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
+def atlas_clip():
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _rules, _torch_clipped, peer_side
+
+    R = _rules()
+    tp = _p("torch.SGD", "torch", "SGD", dict(lr=0.1), lambda: R.ClipByGlobalNorm(R.SGD(lr=0.1), max_norm=1.0,
+                                                                                    eps=1e-6))
+
+    def chain(optax, max_norm, learning_rate):
+        return optax.chain(optax.clip_by_global_norm(max_norm), optax.sgd(learning_rate))
+    op = _p("optax.chain(clip_by_global_norm, sgd)", "optax", chain, dict(max_norm=1.0, learning_rate=0.1),
+            lambda: R.ClipByGlobalNorm(R.SGD(lr=0.1), max_norm=1.0))
+    return Entry(
+        "clip-eps", "Clipping by the global norm: torch's clip_grad_norm_ adds 1e-6 to the norm, "
+        "optax.clip_by_global_norm does not",
+        (peer_side("torch", tp, impl="torch.nn.utils.clip_grad_norm_(params, 1.0) before torch.optim.SGD(lr=0.1)",
+                   make_peer=_torch_clipped(tp, 1.0), source="factor max_norm / (N + 1e-6), clamped to 1"),
+         peer_side("optax", op, impl="optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.1))",
+                   source="g kept when N < max_norm, else g max_norm / N")),
+        (Pair("torch", "optax", "step", 1e-8, what="per-step update (median): about 1e-6/N"),),
+        "no paper: torch's 1e-6 guards the division at N = 0; optax handles N = 0 with a select instead.",
+        "CONVENTIONS.md 1, 2; torch.nn.utils.clip_grad_norm_")
+
+
 CONVENTIONS = Conventions(
     rules=(ClipByGlobalNorm,),
     mappings=(OPTAX, TORCH),
@@ -87,5 +112,5 @@ CONVENTIONS = Conventions(
                 extra={"not_leafwise": "clipping by the global norm couples the leaves (each leaf alone has its "
                                        "own norm)"}),
     ),
-    atlas=("clip-eps",),
+    atlas=(atlas_clip,),
 )

@@ -130,6 +130,46 @@ LARS = PeerMapping("optax.lars", "optax", "lars", dict(weight_decay=0.0, trust_c
 
 _ZERO_WHY = ("the MLP and GPT have zero-initialised biases: at a zero norm optax's trust ratio is 1 (step -lr*u) "
              "while refopt's Covariant makes no step (the known gap, preset 'optax.lamb/lars at a zero norm')")
+
+# ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
+def atlas_lamb_zero():
+    import numpy as np
+    from refopt.crosscheck.divergences import (Entry, Pair, SEED, STEPS, _p, _rules, _variants, make_problem,
+                                               peer_side, restated_side)
+
+    R = _rules()
+    V = _variants()
+
+    def leaves():
+        prob = make_problem("stream", np.float64, SEED)
+        x0 = [a.copy() for a in prob.leaves]
+        i = prob.paths.index("b")
+        x0[i] = np.zeros_like(x0[i])                 # a zero-initialised bias
+        return prob.paths, x0, [prob.grad(x0, t) for t in range(1, STEPS + 1)]
+    lamb = _p("optax.lamb", "optax", "lamb", dict(learning_rate=1e-2, weight_decay=0.0),
+              lambda: R.Covariant(R.Adam(eps=1e-6), lr=1e-2), state={"base.m": "mu", "base.v": "nu"})
+    lars = _p("optax.lars", "optax", "lars", dict(learning_rate=1e-2, momentum=0.0, trust_coefficient=1.0,
+                                                  weight_decay=1e-3),
+              lambda: R.Covariant(R.SGD(weight_decay=1e-3), lr=1e-2))
+    cov_l = lambda: R.Covariant(R.Adam(eps=1e-6), lr=1e-2)
+    cov_s = lambda: R.Covariant(R.SGD(weight_decay=1e-3), lr=1e-2)
+    return Entry(
+        "trust-ratio-zero-norm", "LAMB / LARS at a zero norm: optax's trust ratio is 1 (a zero array moves by "
+        "-lr u); refopt's Covariant makes no step",
+        (peer_side("optax.lamb", lamb, refopt="variants.TrustRatioOneAtZero(Covariant(Adam(eps=1e-6), lr=0.01))",
+                   make_refopt=lambda: V.TrustRatioOneAtZero(cov_l()), source="You et al. 2019 code: ratio 1 at 0"),
+         peer_side("optax.lars", lars, refopt="variants.TrustRatioOneAtZero(Covariant(SGD(weight_decay=0.001), "
+                   "lr=0.01))", make_refopt=lambda: V.TrustRatioOneAtZero(cov_s()), source="ratio 1 at 0"),
+         restated_side("Covariant(Adam)", "the ELR form (post 000, eq. elr-u): a zero weight has ELR 0", cov_l,
+                       source="post 000"),
+         restated_side("Covariant(SGD)", "the ELR form (post 000, eq. elr-g)", cov_s, source="post 000")),
+        (Pair("optax.lamb", "Covariant(Adam)", "abs", 1e-3, what="the zero-initialised bias (abs: refopt's stays 0)"),
+         Pair("optax.lars", "Covariant(SGD)", "abs", 1e-3, what="the zero-initialised bias")),
+        "the papers (LARS: You et al. 2017; LAMB: You et al. 2019) define the ratio ||x||/||u||, 0 for x = 0; "
+        "optax's 1 is an implementation choice that lets zero-initialised arrays move (PITFALLS B11).",
+        "post 000 eq. (elr-u); PITFALLS B11; optax scale_by_trust_ratio", leaves=leaves)
+
+
 CONVENTIONS = Conventions(
     rules=(Covariant,),
     mappings=(LAMB, LARS),
@@ -171,7 +211,7 @@ CONVENTIONS = Conventions(
         Example("covariant_adam_rms", lambda: Covariant(Adam(), lr=0.05, norm="rms", schedule=_cosine(5))),
         Example("covariant_muon", lambda: Covariant(Muon(msign="svd"), lr=0.05, schedule=_cosine(0)), "matrix"),
     ),
-    atlas=("trust-ratio-zero-norm",),
+    atlas=(atlas_lamb_zero,),
 )
 
 

@@ -70,6 +70,29 @@ OPTAX = PeerMapping("optax.lion", "optax", "lion", dict(b1=0.9, b2=0.99, mu_dtyp
                     refuse={"mu_dtype": (lambda v: v is None, "refopt keeps m in the params' dtype"), "mask": _NO_MASK},
                     state={"m": "mu"}, match=_optax_match)
 
+
+# ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
+def atlas_lion_default():
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side, restated_side
+
+    R = _rules()
+    ol = _p("optax.lion", "optax", "lion", dict(learning_rate=1e-2), lambda: R.Lion(lr=1e-2, weight_decay=1e-3))
+    rl = restated_side("Lion paper / refopt default", "Lion(lr=0.01) with the paper's default weight decay 0 "
+                       "(lucidrains/lion-pytorch, Google's reference)", lambda: R.Lion(lr=1e-2),
+                       source="Chen et al. 2023")
+    return Entry(
+        "lion-default-decay", "Defaults: optax.lion decays the weights by default (1e-3), refopt's Lion and the "
+        "paper's reference code do not; optax.adamw's default decay is 1e-4, torch AdamW's 1e-2",
+        (peer_side("optax.lion", ol, source="optax default weight_decay=1e-3"), rl,
+         peer_side("optax.adamw", _preset("optax.adamw"), source="optax default weight_decay=1e-4"),
+         peer_side("torch.AdamW", _preset("torch.AdamW"), source="torch default weight_decay=1e-2")),
+        (Pair("optax.lion", "Lion paper / refopt default", "final", 1e-6, what="params after 50 steps"),
+         Pair("optax.adamw", "torch.AdamW", "final", 1e-6, what="both at their default decay")),
+        "defaults, not equations: porting a config without its weight_decay changes the run. Chen et al. (2023) "
+        "recommend a decay 3-10x larger than AdamW's for Lion, but ship none by default.",
+        "CONVENTIONS.md 9, 10.5; Chen et al. 2023 (arXiv:2302.06675)")
+
+
 CONVENTIONS = Conventions(
     rules=(Lion,),
     mappings=(OPTAX,),
@@ -83,7 +106,7 @@ CONVENTIONS = Conventions(
     golden=(GoldenCase("lion", lambda: Lion(lr=1e-2, weight_decay=1e-3), "Lion, optax.lion's defaults", ("m",)),),
     examples=(Example("lion", lambda: Lion(lr=0.01, weight_decay=0.1), converges=False,
                       note="constant lr: every sign step has size lr, so Lion orbits the minimum at distance ~lr"),),
-    atlas=("lion-default-decay",),
+    atlas=(atlas_lion_default,),
     cli=(CliName("lion", Lion, {"mlp": 3e-4, "gpt": 3e-4}, "Lion (sign of an interpolated momentum): --beta1, "
                  "--beta2, --weight-decay (decoupled)", {"beta1": "beta1", "beta2": "beta2"}),),
 )

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from refopt.conventions._spec import (MUON_OPTAX, MUON_TORCH_BF16, Conventions, Example, Oracle, PeerMapping,
-                                      Preset, gamma, scalar)
+from refopt.conventions._spec import (EXACT, MUON_OPTAX, MUON_TORCH_BF16, Conventions, Example, Oracle,
+                                      PeerMapping, Preset, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.muon import Muon
 
@@ -173,6 +173,143 @@ def _wrong(name, peer, call, make_rule, why, **kw):
 
 _T = dict(layout="transpose", matrix_only=True, state={"m": "momentum_buffer"}, tol=MUON_TORCH_BF16)
 _M = ("m",)
+
+# ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
+def atlas_muon_4d():
+    import math
+    import numpy as np
+    from refopt.crosscheck.divergences import Entry, Pair, SEED, STEPS, _rules, restated_side
+
+    R = _rules()
+    # refopt's (kh, kw, fan_in, fan_out); torch (out, in, kh, kw): (6, 2, 5, 3) and PITFALLS B07's (64, 1, 3, 3)
+    shapes = [(5, 3, 2, 6), (3, 3, 1, 64)]
+    kj = [math.sqrt(max(1.0, kh / kw)) for kh, kw, _, _ in shapes]   # KellerJordan: of (out, in, kh, kw)[-2:]
+    flat = [math.sqrt(max(1.0, fo / (kh * kw * fi))) for kh, kw, fi, fo in shapes]
+    lr = 0.02
+
+    def leaves():
+        rng = np.random.default_rng(SEED)
+        x0 = [rng.standard_normal(s) for s in shapes]
+        grng = np.random.default_rng(SEED + 1)
+        return ["conv_a", "conv_b"], x0, [[grng.standard_normal(s) for s in shapes] for _ in range(STEPS)]
+
+    def oracle():
+        """KellerJordan's scale applied by hand: Muon without a shape scale at lr * kj, per filter."""
+        from refopt.testing.adapters import RuleAdapter
+        return RuleAdapter(R.Partition(rules={f"f{i}": R.Muon(lr=lr * k, scale="none", msign="svd")
+                                              for i, k in enumerate(kj)}, labels=["f0", "f1"]))
+    torch_shapes = [(fo, fi, kh, kw) for kh, kw, fi, fo in shapes]
+    return Entry(
+        "muon-conv-scale", "Muon on 4-D conv filters: KellerJordan's scale of the 4-D shape vs the scale of the "
+        "flattened matrix",
+        (restated_side("KellerJordan", f"KellerJordan/Muon on torch (out, in, kh, kw) filters {torch_shapes}: scale "
+                       f"max(1, kh/kw)**0.5 = {', '.join(f'{k:.4f}' for k in kj)}",
+                       lambda: R.Muon(lr=lr, scale="jordan_4d", msign="svd"), oracle=oracle,
+                       source="KellerJordan/Muon muon_update (the original author's code)"),
+         restated_side("flattened 'jordan'", "the same rule on the flattened (out, in kh kw) matrices: scale "
+                       f"max(1, out/(in kh kw))**0.5 = {', '.join(f'{k:.4f}' for k in flat)} (torch.optim.Muon and "
+                       "optax.contrib.muon take 2-D arrays only)",
+                       lambda: R.Muon(lr=lr, scale="jordan", msign="svd"),
+                       source="PITFALLS B07: the scale of the flattened 2-D shape")),
+        (Pair("KellerJordan", "flattened 'jordan'", "update", 0.1, what="per-step update, worst filter"),),
+        "the flattened shape: the scale is a property of the linear map (out x in kh kw) that Newton-Schulz "
+        "orthogonalises (post 003); KellerJordan's code reads the 4-D tensor's last two dims, a quirk reported "
+        "downstream as a bug (PITFALLS B07: updates up to 2.7x too small for a (64, 1, 3, 3) filter).",
+        "CONVENTIONS.md 3.1; PITFALLS B07; post 003", leaves=leaves)
+
+
+def atlas_muon_bf16():
+    from refopt.crosscheck.divergences import Entry, Pair, _preset, peer_side, restated_side
+
+    t = _preset("torch.Muon")
+    t_state = replace(t, name="torch.Muon(state)")
+    return Entry(
+        "muon-bf16", "torch.optim.Muon runs Newton-Schulz in bfloat16; a float64 iteration differs by percents in "
+        "the step while the momentum stays exact",
+        (peer_side("torch", t, tol=MUON_TORCH_BF16, tol_name="MUON_TORCH_BF16",
+                   source="torch.optim.Muon (as KellerJordan's code: Newton-Schulz in bfloat16)"),
+         peer_side("torch momentum", t_state, observe="m", tol=EXACT, tol_name="EXACT",
+                   source="the momentum buffer, in the param dtype"),
+         restated_side("float64 Newton-Schulz", "the same Muon with Newton-Schulz in float64", t.make_rule),
+         restated_side("float64 momentum", "its momentum buffer", t.make_rule, observe="m")),
+        (Pair("torch", "float64 Newton-Schulz", "update", 1e-3, what="per-step update, max over steps and arrays"),
+         Pair("torch", "float64 Newton-Schulz", "step", 1e-3, what="per-step update, median over steps"),
+         Pair("torch momentum", "float64 momentum", "params", 1e-12, "max", what="the momentum buffers agree")),
+        "KellerJordan's code and torch run the iteration in bfloat16 for speed; the iteration approximates msign "
+        "(the polar factor) whatever the precision, so a float64 iteration is the same method, more accurate.",
+        "KellerJordan/Muon; torch.optim.Muon; CONVENTIONS.md 1.3, 3.1, 10.3", matrix_only=True)
+
+
+def atlas_muon_scale():
+    import math
+    from dataclasses import replace
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side, restated_side
+
+    R = _rules()
+    t_orig = _p("torch.Muon(original)", "torch", "Muon", dict(lr=0.02, weight_decay=0.0),
+                lambda: R.Muon.like_torch(lr=0.02, weight_decay=0.0), layout="transpose", matrix_only=True)
+    t_rms = _p("torch.Muon(match_rms_adamw)", "torch", "Muon", dict(lr=0.02, weight_decay=0.0,
+                                                                      adjust_lr_fn="match_rms_adamw"),
+               lambda: R.Muon.like_torch(lr=0.02, weight_decay=0.0, adjust_lr_fn="match_rms_adamw"),
+               layout="transpose", matrix_only=True)
+    o_def = _preset("optax.contrib.muon")
+    o_rms = _p("optax.contrib.muon(consistent_rms)", "optax", "contrib.muon",
+               dict(learning_rate=0.02, consistent_rms=0.2), lambda: R.Muon.like_optax(0.02, consistent_rms=0.2),
+               matrix_only=True)
+    from refopt.crosscheck.presets import MUON_OPTAX
+
+    def spectral_oracle():      # no shape scale, lr * sqrt(fan_out/fan_in) per matrix of the stream
+        from refopt.testing.adapters import RuleAdapter
+        base = R.Muon.like_optax(0.02)
+        shapes = {"w": (6, 12), "v": (12, 6), "tiny": (4, 5)}
+        return RuleAdapter(R.Partition(
+            rules={k: replace(base, lr=0.02 * math.sqrt(fo / fi), scale="none") for k, (fi, fo) in shapes.items()},
+            labels=list(shapes)))
+    return Entry(
+        "muon-scale", "Muon's shape scale: KellerJordan/torch 'original' sqrt(max(1, out/in)), torch "
+        "'match_rms_adamw' and optax consistent_rms 0.2 sqrt(max(out, in)), muP spectral sqrt(fan_out/fan_in)",
+        (peer_side("torch original", t_orig, tol=MUON_TORCH_BF16, tol_name="MUON_TORCH_BF16",
+                   source="KellerJordan's scale sqrt(max(1, A/B)) on torch's (out, in)"),
+         peer_side("torch match_rms_adamw", t_rms, tol=MUON_TORCH_BF16, tol_name="MUON_TORCH_BF16",
+                   source="Moonshot (Liu et al. 2025): 0.2 sqrt(max(A, B)), the RMS of AdamW's update"),
+         peer_side("optax", o_def, tol=MUON_OPTAX, tol_name="MUON_OPTAX", source="sqrt(max(1, fan_out/fan_in))"),
+         peer_side("optax consistent_rms", o_rms, tol=MUON_OPTAX, tol_name="MUON_OPTAX",
+                   source="0.2 sqrt(max(fan_in, fan_out))"),
+         restated_side("spectral (muP)", "the spectral condition's sqrt(fan_out/fan_in) (post 003)",
+                       lambda: replace(R.Muon.like_optax(0.02), scale="spectral"), oracle=spectral_oracle,
+                       source="post 003")),
+        (Pair("torch original", "torch match_rms_adamw", "step", 0.1, what="per-step update (median)"),
+         Pair("optax", "optax consistent_rms", "step", 0.1, what="per-step update (median)"),
+         Pair("spectral (muP)", "optax", "step", 0.1, what="per-step update (median; differs on tall matrices)")),
+        "the muP spectral condition (post 003) gives sqrt(fan_out/fan_in); KellerJordan's code clips it at 1 "
+        "(never shrinks); 'match_rms_adamw' (Moonshot) targets AdamW's update RMS so AdamW's lr and decay transfer.",
+        "post 003; KellerJordan/Muon; Liu et al. 2025 (arXiv:2502.16982); CONVENTIONS.md 1.3, 2.4, 10.1",
+        matrix_only=True)
+
+
+def atlas_muon_nesterov():
+    from dataclasses import replace
+    from refopt.crosscheck.divergences import Entry, Pair, _preset, _rules, peer_side, restated_side
+
+    R = _rules()
+    from refopt.crosscheck.presets import MUON_OPTAX
+    o = _preset("optax.contrib.muon")
+    std = lambda: replace(R.Muon.like_optax(0.02), nesterov_mode="standard")
+    return Entry(
+        "muon-nesterov-mix", "Muon's Nesterov input: optax mixes like NAdam (bias-corrected); KellerJordan and "
+        "torch use (1 - mu) g + mu m",
+        (peer_side("optax", o, tol=MUON_OPTAX, tol_name="MUON_OPTAX",
+                   source="b m/(1 - b^(t+1)) + (1 - b) g/(1 - b^t), as optax.nadam"),
+         restated_side("standard mix", "the same call with KellerJordan's / torch's Nesterov input "
+                       "(1 - mu) g + mu m (float64; torch's own run adds bfloat16 noise)", std,
+                       source="KellerJordan/Muon muon_update; torch.optim.Muon")),
+        (Pair("optax", "standard mix", "step", 1e-3, what="per-step update (median)"),
+         Pair("optax", "standard mix", "update", 0.05, what="per-step update (max: the first steps)")),
+        "KellerJordan's code (the original Muon) uses the plain lerp (1 - mu) g + mu m; optax borrows NAdam's "
+        "bias correction, which changes the first steps most (after msign only the direction counts).",
+        "CONVENTIONS.md 2.4, 3.1, 10.2", matrix_only=True)
+
+
 CONVENTIONS = Conventions(
     rules=(Muon,),
     mappings=(TORCH, OPTAX),
@@ -256,7 +393,7 @@ CONVENTIONS = Conventions(
         Example("muon_svd_cosine_wd", lambda: Muon(lr=0.1, msign="svd", weight_decay=1e-3, schedule=_cosine(0)),
                 "matrix"),
     ),
-    atlas=("muon-conv-scale", "muon-bf16", "muon-scale", "muon-nesterov-mix"),
+    atlas=(atlas_muon_4d, atlas_muon_bf16, atlas_muon_scale, atlas_muon_nesterov,),
 )
 
 

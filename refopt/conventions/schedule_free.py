@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import (OPTAX_F32_WARMUP, Conventions, Example, Oracle, PeerMapping, Preset, gamma,
-                                      scalar)
+from refopt.conventions._spec import (OPTAX_F32_WARMUP, Conventions, Example, Oracle, PeerMapping, Preset,
+                                      gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
 
@@ -143,6 +143,59 @@ OPTAX_ADAMW = PeerMapping("optax.contrib.schedule_free_adamw", "optax", "contrib
                           "sf_adamw", refuse={"state_dtype": _NO_DTYPE}, state={"z": "z"})
 _F64 = {"float64_warmup": True}
 _SGD, _ADAMW = ("z", "x"), ("z", "x", "v")
+
+# ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
+def atlas_sf_warmup():
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side
+
+    R = _rules()
+    o = _preset("optax.contrib.schedule_free_sgd(warmup)")
+    o64 = _p("optax.contrib.schedule_free_sgd(warmup64)", "optax", "contrib.schedule_free_sgd",
+             dict(learning_rate=0.5, warmup_steps=5, float64_warmup=True),
+             lambda: R.ScheduleFreeSGD(lr=0.5, warmup_steps=5, warmup_lag=True), state={"z": "z"})
+    fb = _p("schedulefree.SGDScheduleFreeReference(warmup)", "schedulefree", "SGDScheduleFreeReference",
+            dict(lr=0.5, momentum=0.9, warmup_steps=5), lambda: R.ScheduleFreeSGD(lr=0.5, beta=0.9, warmup_steps=5),
+            state={"z": "z", "x": "x"})
+    return Entry(
+        "schedule-free-warmup", "Schedule-Free warmup: optax.contrib (one step of lag, float32 warmup) vs the "
+        "facebookresearch reference",
+        (peer_side("optax", o, tol=OPTAX_F32_WARMUP, tol_name="OPTAX_F32_WARMUP",
+                   source="optax 0.2.8: inner lr counts from 0, weights from 1 (optax#1744)"),
+         peer_side("optax float64 warmup", o64, source="the same call with the warmup evaluated in float64"),
+         peer_side("schedulefree", fb, source="Defazio et al. 2024, the authors' reference code")),
+        (Pair("optax", "schedulefree", "final", 0.05, what="the one-step lag of the z-step warmup"),
+         Pair("optax", "optax float64 warmup", "params", 1e-9, what="optax's float32 warmup (lower bound: still "
+              "float32)"),
+         Pair("optax", "optax float64 warmup", "params", 1e-6, "max", what="... and only float32 rounding")),
+        "the schedulefree reference (the authors' code, Defazio et al. 2024) uses lr (k+1)/W for the z step and the "
+        "weights alike; optax's z step lags one step (a bug report: optax#1744).",
+        "Defazio et al. 2024, 'The Road Less Scheduled'; optax#1744; CONVENTIONS.md 2.5, 5.1, 10.8")
+
+
+def atlas_sf_adamw_decay():
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side
+
+    R = _rules()
+    fb = _p("schedulefree.AdamWScheduleFreeReference(wd)", "schedulefree", "AdamWScheduleFreeReference",
+            dict(lr=0.05, weight_decay=1e-2), lambda: R.ScheduleFreeAdamW(lr=0.05, weight_decay=1e-2),
+            state={"z": "z", "x": "x", "v": "exp_avg_sq"})
+    fbz = _p("schedulefree.AdamWScheduleFreeReference(wd,decay_at_z)", "schedulefree", "AdamWScheduleFreeReference",
+             dict(lr=0.05, weight_decay=1e-2, decay_at_z=True),
+             lambda: R.ScheduleFreeAdamW(lr=0.05, weight_decay=1e-2, decay_at_z=True),
+             state={"z": "z", "x": "x", "v": "exp_avg_sq"})
+    return Entry(
+        "schedule-free-decay-point", "Schedule-Free AdamW's weight decay: at y (the reference default, optax) "
+        "or at z (the reference's decay_at_z=True)",
+        (peer_side("schedulefree at y", fb, source="the reference default: the decay term lr wd y joins the z step"),
+         peer_side("schedulefree at z", fbz, source="decay_at_z=True: z <- z - lr wd z"),
+         peer_side("optax", _preset("optax.contrib.schedule_free_adamw"), source="lr wd y, as the reference")),
+        (Pair("schedulefree at y", "schedulefree at z", "final", 1e-6, what="params after 50 steps"),
+         Pair("optax", "schedulefree at y", "params", 1e-12, "max", what="optax = the reference default")),
+        "Defazio et al. (2024) apply the decay at y (the gradient point); decay_at_z is the later option of the "
+        "same code for the primal-averaging view (decay of the iterate that is averaged).",
+        "Defazio et al. 2024; CONVENTIONS.md 2.5, 5.2")
+
+
 CONVENTIONS = Conventions(
     rules=(ScheduleFreeSGD, ScheduleFreeAdamW),
     mappings=(FB_SGD, FB_ADAMW, OPTAX_SGD, OPTAX_ADAMW),
@@ -216,7 +269,7 @@ CONVENTIONS = Conventions(
         Example("sf_adamw_decay_at_z_schedule", lambda: ScheduleFreeAdamW(lr=0.05, weight_decay=0.01, decay_at_z=True,
                                                                           schedule=_schedule("cosine"))),
     ),
-    atlas=("schedule-free-warmup", "schedule-free-decay-point"),
+    atlas=(atlas_sf_warmup, atlas_sf_adamw_decay,),
 )
 
 

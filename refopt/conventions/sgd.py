@@ -2,7 +2,7 @@
 L2 decay inside g (CONVENTIONS.md 1.1, 2.2)."""
 from __future__ import annotations
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, gamma, scalar
+from refopt.conventions._spec import OPTAX_F32_WARMUP, Conventions, Example, Oracle, PeerMapping, gamma, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.sgd import SGD
 
@@ -119,6 +119,195 @@ OPTAX = PeerMapping(
     state=lambda a: {"b": "trace"} if a["momentum"] else {}, match=_optax_match)
 
 _SGD = ("b",)
+
+# ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
+def atlas_schedule_values() -> list:
+    """optax's schedules given their own int32 count (as inside an optimizer) vs the same formula in float64."""
+    import math
+    import numpy as np
+    from refopt.crosscheck.divergences import Figure, peers
+
+    optax = peers.require("optax", "optax")
+    import jax.numpy as jnp
+    from refopt.testing.adapters import x64_scope
+
+    lr, W, T, end = 0.1, 5, 50, 0.01
+    counts = np.arange(0, 60)
+
+    def cosine64(c):
+        if c < W:
+            return lr * c / W
+        d = T - W
+        p = min(c - W, d) / d
+        return end + (lr - end) * 0.5 * (1 + math.cos(math.pi * p))
+    cases = [
+        ("optax.warmup_cosine_decay_schedule(0, 0.1, 5, 50, 0.01)",
+         lambda o: o.warmup_cosine_decay_schedule(0.0, lr, W, T, end), cosine64),
+        ("optax.linear_schedule(0.1, 0.01, 50)", lambda o: o.linear_schedule(lr, end, T),
+         lambda c: lr + (end - lr) * min(c, T) / T),
+        ("optax.exponential_decay(0.1, 10, 0.5)", lambda o: o.exponential_decay(lr, 10, 0.5),
+         lambda c: lr * 0.5 ** (c / 10)),
+    ]
+    out = []
+    with x64_scope(True):
+        for name, make, f64 in cases:
+            s = make(optax)
+            rel = 0.0
+            dtype = None
+            for c in counts:
+                v = s(jnp.asarray(c, jnp.int32))
+                dtype = str(v.dtype)
+                ref = f64(int(c))
+                if ref != 0:
+                    rel = max(rel, abs(float(v) - ref) / abs(ref))
+            what = f"{name} at int32 counts 0..59 (computes in {dtype}) vs float64"
+            out.append(Figure("optax int32 count vs float64", "schedule rel", rel, 1e-9, "min", rel >= 1e-9, what))
+            out.append(Figure("optax int32 count vs float64", "schedule rel", rel, 2e-6, "max", rel <= 2e-6,
+                              "... within float32 rounding"))
+    return out
+
+
+def atlas_schedules():
+    from refopt.crosscheck.divergences import Entry, Pair, _expr, _p, _rules, _torch_lambda_lr, peer_side
+
+    R = _rules()
+    from refopt import schedules as S
+    lr, W, T, floor = 0.1, 5, 50, 0.1
+    opt_sched = S.Join(((1, S.Constant(0.0)), (W, S.LinearWarmup(W)), (T - W, S.CosineDecay(T - W, floor))))
+    ref_sched = S.warmup_cosine(W, T, floor)
+
+    def optax_tx(optax, learning_rate):
+        return optax.sgd(optax.warmup_cosine_decay_schedule(0.0, learning_rate, W, T, floor * learning_rate))
+    o = _p("optax.sgd(warmup_cosine_decay_schedule)", "optax", optax_tx, dict(learning_rate=lr),
+           lambda: R.SGD(lr=lr, schedule=opt_sched))
+    tb = _p("torch.SGD+LambdaLR", "torch", "SGD", dict(lr=lr), lambda: R.SGD(lr=lr, schedule=ref_sched))
+    naive = _p("torch.SGD+LambdaLR(s(e))", "torch", "SGD", dict(lr=lr), lambda: R.SGD(lr=lr, schedule=opt_sched))
+    return Entry(
+        "schedule-count", "Schedules: optax counts from 0 inside an optimizer and evaluates in float32; torch's "
+        "LambdaLR needs e -> s(e+1) for refopt's 1-based schedule",
+        (peer_side("optax", o, tol=OPTAX_F32_WARMUP, tol_name="OPTAX_F32_WARMUP", refopt=f"SGD(lr={lr}, schedule="
+                   f"{_expr(opt_sched)})", impl=f"optax.sgd(optax.warmup_cosine_decay_schedule(0, {lr}, {W}, {T}, "
+                   f"{floor * lr:g}))", source="update t uses s(count = t - 1): lr 0 on the first update"),
+         peer_side("torch LambdaLR(e -> s(e+1))", tb, refopt=f"SGD(lr={lr}, schedule={_expr(ref_sched)})",
+                   impl=f"torch.optim.SGD(lr={lr}) + LambdaLR(lambda e: warmup_cosine({W}, {T}, {floor})(e + 1))",
+                   make_peer=_torch_lambda_lr(tb, lambda e: ref_sched(e + 1)),
+                   source="refopt's 1-based schedules (PITFALLS B17): no step with lr 0"),
+         peer_side("torch LambdaLR(e -> optax s(e))", naive, refopt=f"SGD(lr={lr}, schedule={_expr(opt_sched)})",
+                   impl=f"torch.optim.SGD(lr={lr}) + LambdaLR(lambda e: <optax's schedule in float64>(e))",
+                   make_peer=_torch_lambda_lr(naive, lambda e: opt_sched(e + 1)),
+                   source="LambdaLR's epoch e = t - 1 at update t, as optax's count")),
+        (Pair("optax", "torch LambdaLR(e -> s(e+1))", "final", 1e-3, what="the one-step offset of the count"),
+         Pair("optax", "torch LambdaLR(e -> optax s(e))", "params", 1e-9, what="same offset: only optax's float32"),
+         Pair("optax", "torch LambdaLR(e -> optax s(e))", "params", 1e-6, "max", what="... within float32 rounding")),
+        "no paper: optax's count is the number of updates done (0 first), torch's LambdaLR epoch likewise; refopt "
+        "counts the update being made from 1 so the first step is not wasted (PITFALLS B17).",
+        "PITFALLS B17; CONVENTIONS.md 2.1; torchtitan PR #1261", extra=atlas_schedule_values, extra_peers=("optax",))
+
+
+def atlas_sgd_dampening():
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _rules, _variants, peer_side
+
+    R = _rules()
+    V = _variants()
+    tp = _p("torch.SGD(dampening=0.9)", "torch", "SGD", dict(lr=0.05, momentum=0.9, dampening=0.9),
+            lambda: R.SGD(lr=0.05, momentum=0.9, dampening=0.9), state={"b": "momentum_buffer"})
+
+    def ema_momentum(optax, learning_rate, decay):
+        return optax.chain(optax.ema(decay, debias=False), optax.scale_by_learning_rate(learning_rate))
+    op = _p("optax.chain(ema(0.9, debias=False), scale_by_learning_rate(0.05))", "optax", ema_momentum,
+            dict(learning_rate=0.05, decay=0.9), None)
+    return Entry(
+        "sgd-dampening-first-step", "SGD with dampening: torch skips it on the first step (b_1 = g_1); an EMA of "
+        "the gradients from zero dampens it (b_1 = (1 - tau) g_1)",
+        (peer_side("torch", tp, source="torch.optim.SGD: b_1 = g_1, then b = mu b + (1 - tau) g"),
+         peer_side("optax ema momentum", op, impl="optax.chain(optax.ema(0.9, debias=False), "
+                   "optax.scale_by_learning_rate(0.05))",
+                   refopt="variants.ConventionSGD(lr=0.05, momentum=0.9, dampening=0.9, dampen_first=True)",
+                   make_refopt=lambda: V.ConventionSGD(0.05, momentum=0.9, dampening=0.9, dampen_first=True),
+                   source="b_t = mu b_{t-1} + (1 - mu) g_t from b_0 = 0")),
+        (Pair("torch", "optax ema momentum", "final", 1e-3, what="params after 50 steps"),),
+        "no paper: torch inherits Lua-torch's first-step rule (the buffer starts as g_1); the EMA form is the "
+        "exponential average as written (its first steps are shrunk by 1 - mu, a bias that debiasing removes).",
+        "CONVENTIONS.md 1.1, 10.6")
+
+
+def atlas_nesterov_extra():
+    """Sutskever's Nesterov (gradient at the look-ahead x + mu v; params x) vs torch's (the look-ahead point
+    itself, Bengio et al.'s reformulation) on the quadratic, closed loop; and the identity that maps one onto
+    the other: torch's y_t = x_t + mu v_t."""
+    import numpy as np
+    from refopt.crosscheck.divergences import Figure, SEED, STEPS, make_problem, peers
+
+    torch = peers.require("torch", "torch")
+    import refopt
+    prob = make_problem("quadratic", np.float64, SEED)
+    lr, mu = 0.05, 0.9
+    # Sutskever, from the paper's equations (3)-(4): v = mu v - lr grad(x + mu v); x = x + v
+    x = [a.copy() for a in prob.leaves]
+    v = [np.zeros_like(a) for a in x]
+    xs, vs = [], []
+    for t in range(1, STEPS + 1):
+        g = prob.grad([a + mu * b for a, b in zip(x, v)], t)
+        v = [mu * b - lr * gi for b, gi in zip(v, g)]
+        x = [a + b for a, b in zip(x, v)]
+        xs.append(x)
+        vs.append(v)
+    # torch.optim.SGD(nesterov=True), closed loop on the same quadratic
+    ps = [torch.nn.Parameter(torch.from_numpy(a.copy())) for a in prob.leaves]
+    opt = torch.optim.SGD(ps, lr=lr, momentum=mu, nesterov=True, foreach=False)
+    ys = []
+    for t in range(1, STEPS + 1):
+        for p, g in zip(ps, prob.grad([p.detach().numpy().copy() for p in ps], t)):
+            p.grad = torch.from_numpy(g)
+        opt.step()
+        ys.append([p.detach().numpy().copy() for p in ps])
+    # refopt SGD(nesterov=True) closed loop: its params are the look-ahead y; Sutskever's x = y - mu v with
+    # v = -lr b (b refopt's buffer)
+    rule = refopt.SGD(lr=lr, momentum=mu, nesterov=True)
+    y = [a.copy() for a in prob.leaves]
+    s = refopt.init(rule, y)
+    ry, rx = [], []
+    from refopt import tree as T
+    for t in range(1, STEPS + 1):
+        y, s = refopt.update(rule, s, y, prob.grad(y, t))
+        bs = [leaf.b for leaf in T.flatten_up_to(T.structure(y), s.leaves)]
+        ry.append([a.copy() for a in y])
+        rx.append([a + mu * lr * b for a, b in zip(y, bs)])
+
+    def rel(A, B):
+        return max(float(np.max(np.abs(a - b)) / np.max(np.abs(b))) for SA, SB in zip(A, B) for a, b in zip(SA, SB))
+    d = rel(xs, ys)
+    e1, e2 = rel(ry, ys), rel(rx, xs)
+    return [Figure("Sutskever x vs torch nesterov", "params", d, 1e-3, "min", d >= 1e-3,
+                   "quadratic, closed loop: Sutskever's x vs torch's look-ahead params [Sutskever restated]"),
+            Figure("refopt SGD(nesterov) vs torch nesterov", "params", e1, 1e-12, "max", e1 <= 1e-12,
+                   "torch side: refopt SGD(lr=0.05, momentum=0.9, nesterov=True), closed loop"),
+            Figure("refopt y + lr mu b vs Sutskever x", "params", e2, 1e-12, "max", e2 <= 1e-12,
+                   "Sutskever side: x = refopt's params + lr mu b (b refopt's buffer)")]
+
+
+def atlas_nesterov():
+    from dataclasses import replace
+    from refopt.crosscheck.divergences import Entry, Pair, _p, _rules, peer_side
+
+    o = _p("optax.sgd(nesterov)", "optax", "sgd", dict(learning_rate=0.05, momentum=0.9, nesterov=True),
+           None)
+    R = _rules()
+    t2 = _p("torch.SGD(nesterov)", "torch", "SGD", dict(lr=0.05, momentum=0.9, nesterov=True),
+            lambda: R.SGD(lr=0.05, momentum=0.9, nesterov=True), state={"b": "momentum_buffer"})
+    o = replace(o, make_rule=lambda: R.SGD(lr=0.05, momentum=0.9, nesterov=True))
+    return Entry(
+        "nesterov-forms", "Nesterov momentum: torch and optax (g + mu b, params = the look-ahead point) vs "
+        "Sutskever et al. 2013 (gradient at x + mu v, params = x)",
+        (peer_side("torch", t2, source="Bengio et al. 2013's reformulation: the params are the look-ahead point"),
+         peer_side("optax", o, source="the same form (trace, nesterov=True)")),
+        (Pair("torch", "optax", "params", 1e-12, "max", what="torch and optax agree"),),
+        "Sutskever et al. (2013) keep x and take the gradient at x + mu v; torch/optax store the look-ahead point "
+        "y = x + mu v (same method, shifted params: evaluate/checkpoint y - mu v to get Sutskever's x).",
+        "Sutskever et al. 2013 eqs. (3)-(4); Bengio et al. 2013; CONVENTIONS.md 1.1, 2.2",
+        extra=atlas_nesterov_extra, extra_peers=("torch",))
+
+
 CONVENTIONS = Conventions(
     rules=(SGD,),
     mappings=(TORCH, OPTAX),
@@ -151,5 +340,5 @@ CONVENTIONS = Conventions(
         Example("sgd_momentum_dampening", lambda: SGD(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3)),
         Example("sgd_nesterov", lambda: SGD(lr=0.05, momentum=0.9, nesterov=True)),
     ),
-    atlas=("sgd-dampening-first-step", "nesterov-forms", "schedule-count"),
+    atlas=(atlas_schedules, atlas_sgd_dampening, atlas_nesterov,),
 )

@@ -15,8 +15,7 @@ Tolerances (:class:`Tol`, their tiers and the measurements behind them): :mod:`r
 from __future__ import annotations
 
 from refopt.conventions import registry
-from refopt.conventions._spec import (EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, PEERS, Preset, Tol,
-                                      _Raw)
+from refopt.conventions._spec import EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, PEERS, Preset, Tol
 
 __all__ = ["PRESETS", "MISCONFIGURED", "KNOWN_GAPS", "Preset", "Tol", "EXACT", "MUON_OPTAX", "MUON_TORCH_BF16",
            "OPTAX_F32_WARMUP", "PEERS", "FAMILIES", "select"]
