@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         prepared[name] = train.prepare(a, task)
         task = prepared[name][0]
     out = output.prepare_out(args.out, check_run=True, overwrite=args.overwrite)
+    train.say_unused_mkl()
     runs, summary = {}, []
     for name, a in per_run.items():
         result = train.train_one(a, progress_desc=name, prepared=prepared[name])
