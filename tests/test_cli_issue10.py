@@ -281,7 +281,11 @@ def test_compare_png_legend_outside_and_time_is_step_times_the_median():
     assert spans == {"adamw train (smoothed)": (0.0, 39 * 0.1), "muon train (smoothed)": (0.0, 39 * 0.25)}
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "adamw test (100 ms/step, 90-130)" in labels and "muon test (250 ms/step, 240-260)" in labels
-    assert "load average 1.5 before, 1.8 after" in wall.get_title()
+    assert "load average 1.5 before, 1.8 after" in wall.get_title() and "not to be trusted" not in wall.get_title()
+    plt.close(fig)
+    runs["muon"]["timing"] = {"median": 250.0, "min": 150.0, "max": 400.0}     # rounds 2.7x apart
+    fig = cmp.compare_figure(runs, Namespace(model="mlp", seed=0))
+    assert "not to be trusted: a rule's rounds differ up to 2.7x (a busy machine)" in fig.axes[1].get_title()
     plt.close(fig)
 
 

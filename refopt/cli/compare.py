@@ -18,7 +18,9 @@ varied 10x between runs), and the runs train one after another. So the time per 
 from the runs: after training, :data:`TIMING_ROUNDS` rounds, each timing :data:`TIMING_STEPS` steps of
 every rule in turn from its init (the order rotated from round to round); a rule's time per step is the
 median over its rounds of the median step in the round, with the rounds' smallest and largest in
-summary.csv. The right panel plots the loss against step x that median.
+summary.csv. The right panel plots the loss against step x that median; its title gives the load
+average and, where a rule's rounds differ by more than 1.5x (a busy machine), says that the times are
+not to be trusted.
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ HELP = "train one model with several optimizers (same init, same data order) and
 GPT_STEPS, GPT_N_LAYER = 200, 2
 #: the time per step: rounds over the rules, steps timed per rule and round (see the module docstring)
 TIMING_ROUNDS, TIMING_STEPS = 3, 5
+#: a rule whose slowest round took this many times its fastest marks the time panel as not to be trusted
+UNTRUSTED_SPREAD = 1.5
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -195,9 +199,13 @@ def compare_figure(runs, args):
     axes[0].set_xlabel("step")
     axes[1].set_xlabel("time (s) = (step - 1) x median time per step")
     axes[0].set_title("against step", fontsize=9)
+    spread = max(res["timing"]["max"] / res["timing"]["min"] for res in runs.values())
     axes[1].set_title(f"against time: per rule the median of {TIMING_ROUNDS} alternating rounds of "
                       f"{TIMING_STEPS} steps\n(measured after the runs; load average {load[0]:.1f} before, "
-                      f"{load[1]:.1f} after)", fontsize=9)
+                      f"{load[1]:.1f} after)" + (
+                          f"\nnot to be trusted: a rule's rounds differ up to {spread:.1f}x (a busy machine)"
+                          if spread > UNTRUSTED_SPREAD else ""), fontsize=9,
+                      color="firebrick" if spread > UNTRUSTED_SPREAD else "black")
     for ax in axes:
         ax.set_ylabel("cross-entropy (nats)")
         output.log_axis(ax, min(ys), max(ys))
