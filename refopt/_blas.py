@@ -12,8 +12,15 @@ put them and spreads the batch over the same threads (MKL's pointer-array ``?gem
 Results. Each product is a BLAS GEMM either way (C = A B, alpha 1, beta 0), within the rounding bound
 |fl(AB) - AB| <= K u |A| |B| (tests/test_blas.py); MKL and OpenBLAS may round a product differently in the
 last bits, so a run records which one it used (:func:`describe`, in ``config.json``). MKL runs in its strict
-Conditional Numerical Reproducibility mode on its AVX2 / AVX-512 code branch, which MKL documents for
-``?gemm`` as the same bits from run to run and for any number of threads; MKL's list of such routines does
+Conditional Numerical Reproducibility (CNR) mode, which MKL documents for ``?gemm`` as the same bits from
+run to run and for any number of threads, and offers on three named code branches only: AVX512_E1, AVX512
+and AVX2, each on Intel processors only ("settings other than AUTO or COMPATIBLE are available only for
+Intel processors"). The first of them MKL accepts is used (its automatic branch first when it is one of
+them); where MKL refuses all three (any non-Intel CPU, e.g. an AMD EPYC with AVX2: each is refused with
+MKL_CBWR_ERR_UNSUPPORTED_BRANCH) the products go to NumPy. MKL also accepts the strict flag with its AUTO
+and COMPATIBLE branches, but does not honour it there: on an AMD EPYC (AVX2, MKL 2026.2) a float32 product
+of (2 x 200000) and (200000 x 2) gave other bits on one thread than on two under AUTO | STRICT, so those
+are not tried. MKL's list of strict-CNR routines does
 not name ``?gemm_batch_strided`` (standard CNR: the same bits for a fixed thread count), so that is tested
 here instead: the GPT's step, attention included, gives the same bits on one thread and on two. A product
 may round differently by the route it takes (one GEMM, a batch, NumPy), which is fixed by the shapes and
@@ -25,7 +32,10 @@ Choosing. ``REFOPT_GEMM`` in the environment: ``auto`` (default: MKL when it can
 these hold, checked once at the first product: the ``mkl`` distribution with ``libmkl_rt`` and its GNU
 threading library, a ``libgomp`` on the system, numba's ``omp`` threading layer (made numba's layer if the
 user has not chosen another and numba has not started its threads yet; a numba already running another
-layer keeps NumPy's products), and MKL accepting the GNU layer and the CNR mode. :func:`use` switches in a
+layer keeps NumPy's products), and MKL accepting the GNU layer and strict CNR on one of its named branches.
+Where the ``mkl`` package is installed but not used, :func:`notice` gives the one line (once per process)
+that ``refopt train`` and ``refopt compare`` print to stderr, and :func:`describe` the reason that
+``config.json`` records. :func:`use` switches in a
 running process (tests, benchmarks). GNU OpenMP's threads do not survive a fork: a child forked after MKL
 was loaded runs MKL on one thread (the same bits) and the fused kernels serially; a rule's parallel numba
 kernels still need ``multiprocessing``'s "spawn" start method there, as before.
@@ -43,8 +53,14 @@ _CHOICES = ("auto", "numpy", "mkl")
 
 # MKL's named constants (mkl_types.h, mkl_cbwr.h, mkl_cblas.h)
 _MKL_THREADING_GNU = 3
+_MKL_CBWR_ALL = -1           # MKL_CBWR_Get's option for the whole setting (branch and flags)
+_MKL_CBWR_SUCCESS = 0
 _MKL_CBWR_STRICT = 0x10000
-_MKL_CBWR_STRICT_BRANCHES = {10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}
+#: the code branches on which MKL documents strict CNR, tried in this order (MKL_CBWR_AVX512_E1, _AVX512, _AVX2)
+_MKL_CBWR_STRICT_BRANCHES = {14: "AVX512_E1", 12: "AVX512", 10: "AVX2"}
+_MKL_CBWR_ERRORS = {-1: "MKL_CBWR_ERR_INVALID_SETTINGS", -2: "MKL_CBWR_ERR_INVALID_INPUT",
+                    -3: "MKL_CBWR_ERR_UNSUPPORTED_BRANCH", -4: "MKL_CBWR_ERR_UNKNOWN_BRANCH",
+                    -8: "MKL_CBWR_ERR_MODE_CHANGE_FAILURE"}
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _INT_MAX = 2 ** 31 - 1   # MKL's LP64 interface: every dimension and leading dimension is a C int
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))   # native byte order only ('>f8' != '<f8')
@@ -56,6 +72,8 @@ class _State:
     lib = None                      # the loaded libmkl_rt, once tried
     tried = False
     why_not = ""                    # why MKL is not used (empty when it is)
+    installed = False               # the mkl package is there (whether or not it can be used)
+    noticed = False                 # notice() has given its line
     info = ""                       # MKL's version and CNR branch when loaded
     forked = False                  # a child forked after MKL was loaded: MKL on one thread, serial kernels
 
@@ -97,6 +115,7 @@ def _mkl_rt():
         dist = metadata.distribution("mkl")
     except metadata.PackageNotFoundError:
         return None, "the mkl package is not installed (pip install \"refopt[mkl]\")"
+    _State.installed = True
     found = {}
     for f in dist.files or ():
         name = os.path.basename(str(f))
@@ -149,12 +168,9 @@ def _load() -> None:
     if lib.MKL_Set_Threading_Layer(_MKL_THREADING_GNU) != _MKL_THREADING_GNU:
         _State.why_not = "MKL refused its GNU OpenMP threading layer (already initialised with another?)"
         return
-    branch = lib.MKL_CBWR_Get_Auto_Branch()
-    if branch not in _MKL_CBWR_STRICT_BRANCHES:
-        _State.why_not = f"MKL's code branch {branch} has no strict reproducible mode (needs AVX2 or AVX-512)"
-        return
-    if lib.MKL_CBWR_Set(branch | _MKL_CBWR_STRICT) != 0:
-        _State.why_not = f"MKL refused strict reproducible mode on its {_MKL_CBWR_STRICT_BRANCHES[branch]} branch"
+    branch, why = _strict_branch(lib)
+    if branch is None:
+        _State.why_not = why
         return
     buf = ctypes.create_string_buffer(200)
     lib.mkl_get_version_string(buf, len(buf))
@@ -162,8 +178,34 @@ def _load() -> None:
     version = "MKL " + (words[words.index("Version") + 1].removesuffix("-Product") if "Version" in words else "?")
     for f in (lib.cblas_sgemm, lib.cblas_dgemm, lib.cblas_sgemm_batch_strided, lib.cblas_dgemm_batch_strided):
         f.restype = None
-    _State.info = (f"{version}; GNU OpenMP threads; strict CNR, {_MKL_CBWR_STRICT_BRANCHES[branch]} branch")
+    _State.info = f"{version}; GNU OpenMP threads; strict CNR, {branch} branch"
     _State.lib = lib
+
+
+def _strict_branch(lib):
+    """Put MKL (``lib``, a loaded libmkl_rt not yet used) in strict CNR mode: ``MKL_CBWR_Set(branch |
+    MKL_CBWR_STRICT)`` for each of :data:`_MKL_CBWR_STRICT_BRANCHES` in turn, MKL's automatic branch
+    (``MKL_CBWR_Get_Auto_Branch``) first when it is one of them, until MKL returns MKL_CBWR_SUCCESS; the
+    setting then read back with ``MKL_CBWR_Get(MKL_CBWR_ALL)`` must be the one set. Returns (the branch's
+    name, '') or (None, why not: each branch with MKL's status)."""
+    auto = lib.MKL_CBWR_Get_Auto_Branch()
+    refused = {}
+    for branch in sorted(_MKL_CBWR_STRICT_BRANCHES, key=lambda b: b != auto):   # stable: auto, then the order
+        name, setting = _MKL_CBWR_STRICT_BRANCHES[branch], branch | _MKL_CBWR_STRICT
+        status = lib.MKL_CBWR_Set(setting)
+        if status == _MKL_CBWR_SUCCESS:
+            got = lib.MKL_CBWR_Get(_MKL_CBWR_ALL)
+            if got == setting:
+                return name, ""
+            refused[name] = f"accepted, but MKL then reports the setting {got:#x}"
+        else:
+            refused[name] = _MKL_CBWR_ERRORS.get(status, f"status {status}")
+    if len(set(refused.values())) == 1:
+        tried = f"{', '.join(refused)} branches ({next(iter(refused.values()))})"
+    else:
+        tried = "branches " + ", ".join(f"{k} ({v})" for k, v in refused.items())
+    return None, (f"MKL refused strict reproducible mode on its {tried}; MKL offers it on Intel CPUs with "
+                  f"AVX2 or AVX-512 only")
 
 
 def _mkl():
@@ -199,6 +241,17 @@ def describe() -> str:
         return f"mkl ({_State.info}{'; one thread in this forked child' if _State.forked else ''})"
     why = _State.why_not if _requested() == "auto" else f"{_ENV}=numpy"
     return f"numpy ({why})" if why else "numpy"
+
+
+def notice() -> str:
+    """The line to print once on the console (stderr) when the ``mkl`` package is installed but the products
+    go to NumPy with ``REFOPT_GEMM=auto`` (for the reason :func:`describe` records); '' otherwise, and on
+    every call after the first that returned the line. Decides the backend (:func:`backend`)."""
+    if backend() == "mkl" or _requested() != "auto" or not _State.installed or _State.noticed:
+        return ""
+    _State.noticed = True
+    return (f"refopt: the mkl package is installed but not used: {_State.why_not}. Matrix products run on "
+            "NumPy's BLAS (REFOPT_GEMM=numpy chooses it and silences this line).")
 
 
 def use(name: str) -> str:

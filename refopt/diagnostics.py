@@ -5,7 +5,7 @@ Array functions take arrays (float32 or float64, any shape; matrices in refopt's
 Every norm is accumulated in float64 (also for float32 input) and returned as a Python float. Nothing
 here modifies its inputs.
 
-Step convention (as the seeds write it): step t takes the weights w_t *before* the step, the update
+Step convention (as the posts write it): step t takes the weights w_t *before* the step, the update
 direction u_t and the step's learning rate lr_t, w_{t+1} = w_t - lr_t u_t (plus decay, projection...).
 
 Zero norms never give nan. With N(v) = v/||v|| and N(0) = 0 (Hyperball's convention):
@@ -95,7 +95,7 @@ def aus_first_order(w, u, lr: float, tangent: bool = True) -> float:
 
         tangent=True:   lr * || u - w~ <w~, u> ||_F / ||w||_F     (w~ = w/||w||; the part of u along w
                                                                    does not turn w)
-        tangent=False:  lr * ||u||_F / ||w||_F  = :func:`elr`     (the seed's "if u is orthogonal to w")
+        tangent=False:  lr * ||u||_F / ||w||_F  = :func:`elr`     (post 000's "if u is orthogonal to w")
 
     Both agree with :func:`aus` to O(lr^2) when u is orthogonal to w. 0.0 when ||w|| = 0 or lr*||u|| = 0."""
     if not tangent:

@@ -171,7 +171,7 @@ class ELR(Schedule):
 
     Args:
       total_steps: T >= 1.
-      c0: < 1 (so the square root is real for every t >= 0). From the seed's weight-norm model
+      c0: < 1 (so the square root is real for every t >= 0). From post 000's weight-norm model
         ||w_t||^2 = e^{-lambda eta0 t} ||w0||^2 + (1 - e^{-lambda eta0 t}) eta0/(3 lambda):
         c0 = 1 - 3 lambda ||w0||_RMS^2 / eta0 (> 0 for a small init); see :meth:`from_adamw`.
       c1: >= 0, the rate c1 = lambda * eta0 (per step). c0 = 0 or c1 = 0 gives the plain linear decay.

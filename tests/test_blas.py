@@ -241,6 +241,7 @@ cfg = gpt.GPTConfig(vocab_size=29, block_size=32, n_layer=2, n_head=2, n_embd=64
 p = gpt.init(cfg, 0, np.float32)
 r = np.random.default_rng(3)
 x, y = r.integers(0, 29, (16, 32)), r.integers(0, 29, (16, 32))
+tall_a, tall_b = r.standard_normal((2, 200000)).astype(np.float32), r.standard_normal((200000, 2)).astype(np.float32)
 out = {{}}
 for n in (1, 2):
     _blas._State.lib.MKL_Set_Num_Threads(n)
@@ -248,6 +249,7 @@ for n in (1, 2):
     v, g = value_and_grad(lambda p: gpt.loss(p, x, y, cfg))(p)
     leaves, paths, _ = refopt.tree.flatten(g)
     out.update({{f"{{n}}:{{k}}": a for k, a in zip(paths, leaves)}}, **{{f"{{n}}:loss": np.asarray(v)}})
+    out[f"{{n}}:tall"] = _blas.matmul(tall_a, tall_b)
 assert numba.threading_layer() == "omp"
 np.savez({path!r}, **out)
 """
@@ -256,7 +258,10 @@ np.savez({path!r}, **out)
 @needs_mkl
 def test_mkl_step_same_bits_on_one_thread_and_on_two(tmp_path):
     """MKL's strict reproducible mode and the fused kernels' parallel builds: the loss and every gradient
-    of a GPT are the same bits on one thread and on two (a subprocess with two threads available)."""
+    of a GPT are the same bits on one thread and on two (a subprocess with two threads available); so is a
+    float32 product of (2 x 200000) and (200000 x 2), whose long inner dimension MKL splits over threads
+    where strict mode is not in force (its bits changed with the thread count under AUTO | STRICT, which MKL
+    accepts on an AMD EPYC but does not honour)."""
     path = str(tmp_path / "g.npz")
     env = dict(os.environ, NUMBA_NUM_THREADS="2", OMP_NUM_THREADS="2", REFOPT_GEMM="mkl")
     subprocess.run([sys.executable, "-c", _THREADS.format(root=ROOT, path=path)], env=env, check=True, timeout=600)
@@ -407,3 +412,96 @@ def test_resuming_on_another_blas_warns_and_records_both(tmp_path, capsys):
     assert "warning: the run was started with matrix products 'mkl (" in capsys.readouterr().err
     products = json.loads((out / "config.json").read_text())["matrix_products"]
     assert products.startswith("mkl (") and products.endswith(", then from step 4: numpy (REFOPT_GEMM=numpy)")
+
+
+class _FakeMKL:
+    """The CNR calls of libmkl_rt as a test double: MKL_CBWR_Set accepts the settings in ``accepts``
+    (returning MKL_CBWR_SUCCESS, else MKL_CBWR_ERR_UNSUPPORTED_BRANCH) and records every call."""
+
+    def __init__(self, auto, accepts, reports=None):
+        self.auto, self.accepts, self.reports, self.calls, self.setting = auto, accepts, reports, [], 1
+
+    def MKL_CBWR_Get_Auto_Branch(self):
+        return self.auto
+
+    def MKL_CBWR_Set(self, setting):
+        self.calls.append(setting)
+        if setting not in self.accepts:
+            return -3
+        self.setting = setting
+        return 0
+
+    def MKL_CBWR_Get(self, option):
+        assert option == -1
+        return self.setting if self.reports is None else self.reports
+
+
+STRICT = 0x10000
+
+
+@pytest.mark.parametrize("auto, accepts, branch, calls", [
+    (12, {12 | STRICT, 10 | STRICT}, "AVX512", [12 | STRICT]),              # an AVX-512 Xeon: its own branch
+    (14, {14 | STRICT}, "AVX512_E1", [14 | STRICT]),
+    (10, {10 | STRICT}, "AVX2", [10 | STRICT]),                               # an AVX2 Intel CPU
+    (2, {10 | STRICT}, "AVX2", [14 | STRICT, 12 | STRICT, 10 | STRICT]),     # auto branch not a strict one
+    (2, {2 | STRICT, 3 | STRICT}, None, [14 | STRICT, 12 | STRICT, 10 | STRICT]),   # MKL on an AMD CPU
+])
+def test_strict_branch_tries_the_named_branches(auto, accepts, branch, calls):
+    """MKL_CBWR_Set(branch | MKL_CBWR_STRICT) for AVX512_E1 (14), AVX512 (12), AVX2 (10), MKL's automatic
+    branch first when it is one of them, until MKL returns MKL_CBWR_SUCCESS; never AUTO (2) or COMPATIBLE (3)
+    with the strict flag, which MKL accepts on an AMD CPU but does not honour (negative control: the fake
+    accepts them, and they are not taken)."""
+    lib = _FakeMKL(auto, accepts)
+    got, why = _blas._strict_branch(lib)
+    assert (got, lib.calls) == (branch, calls)
+    if branch is None:
+        assert why == ("MKL refused strict reproducible mode on its AVX512_E1, AVX512, AVX2 branches "
+                       "(MKL_CBWR_ERR_UNSUPPORTED_BRANCH); MKL offers it on Intel CPUs with AVX2 or AVX-512 only")
+    else:
+        assert why == "" and lib.setting == calls[-1]
+
+
+def test_strict_branch_checks_the_setting_is_in_force():
+    """MKL_CBWR_Set returning success is not enough: the setting read back (MKL_CBWR_Get(MKL_CBWR_ALL)) must
+    carry the branch and the strict flag."""
+    lib = _FakeMKL(12, {12 | STRICT, 10 | STRICT}, reports=12)       # strict flag dropped
+    got, why = _blas._strict_branch(lib)
+    assert got is None and "AVX512 (accepted, but MKL then reports the setting 0xc)" in why, why
+    assert _blas._strict_branch(_FakeMKL(12, {12 | STRICT, 10 | STRICT}, reports=12 | STRICT)) == ("AVX512", "")
+
+
+def _unused_mkl(monkeypatch, installed=True, requested="auto"):
+    """_blas's state as where the mkl package is installed but refused (or not installed)."""
+    for k, v in dict(requested=requested, tried=True, lib=None, installed=installed, noticed=False,
+                     why_not="MKL refused it here").items():
+        monkeypatch.setattr(_blas._State, k, v)
+
+
+def test_notice_is_one_line_once_and_only_where_mkl_is_installed(monkeypatch):
+    _unused_mkl(monkeypatch)
+    line = _blas.notice()
+    assert line == ("refopt: the mkl package is installed but not used: MKL refused it here. Matrix products run "
+                    "on NumPy's BLAS (REFOPT_GEMM=numpy chooses it and silences this line).")
+    assert _blas.notice() == ""                              # once per process
+    _unused_mkl(monkeypatch, installed=False)                # the lean install: nothing to say
+    assert _blas.notice() == ""
+    _unused_mkl(monkeypatch, requested="numpy")              # NumPy chosen: nothing to say
+    assert _blas.notice() == ""
+
+
+def test_train_says_once_that_mkl_is_unused_and_records_why(monkeypatch, tmp_path, capsys):
+    """refopt train prints the notice on stderr once per process (not again for a second run) and
+    config.json records the reason in matrix_products."""
+    import json
+
+    from refopt.cli import main
+
+    _unused_mkl(monkeypatch)
+    tiny = ["--model", "mlp", "--steps", "2", "--batch-size", "8", "--hidden", "8", "--no-progress"]
+    assert main(["train", "--out", str(tmp_path / "a"), *tiny]) == 0
+    err = capsys.readouterr().err
+    assert err.count("refopt: the mkl package is installed but not used: MKL refused it here.") == 1, err
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["matrix_products"] == "numpy (MKL refused it here)"
+    assert main(["train", "--out", str(tmp_path / "b"), *tiny]) == 0
+    assert "mkl package" not in capsys.readouterr().err
+

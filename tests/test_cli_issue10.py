@@ -260,20 +260,57 @@ def test_log_ticks(lo, hi):
     assert ratios.max() <= 3 * np.log(hi / lo) / len(ticks) + 0.2
 
 
-def test_compare_png_legend_outside_and_wall_time_from_step_1():
+def test_compare_png_legend_outside_and_time_is_step_times_the_median():
+    """The legend is below the panels (off the data); the time panel's x is (step - 1) x the rule's median
+    time per step from the alternating timing rounds (not the run's own wall clock: the second run's 40 s
+    offset in _seconds does not move it), and the legend gives that median and the rounds' range."""
     import matplotlib.pyplot as plt
 
+    timing = {"adamw": {"median": 100.0, "min": 90.0, "max": 130.0}, "muon": {"median": 250.0, "min": 240.0, "max": 260.0}}
     runs = {"adamw": {"rows": _rows()}, "muon": {"rows": [{**r, "_seconds": r["_seconds"] + 40} for r in _rows()]}}
+    for name, run in runs.items():
+        run.update(timing=timing[name], load=(1.5, 1.75))
     fig = cmp.compare_figure(runs, Namespace(model="mlp", seed=0))
     fig.canvas.draw()
     legend_box = fig.legends[0].get_window_extent()
     for ax in fig.axes:
         assert not legend_box.overlaps(ax.get_window_extent())
     wall = fig.axes[1]
-    starts = {line.get_label(): line.get_xdata()[0] for line in wall.get_lines() if "train" in line.get_label()}
-    assert starts == {"adamw train (smoothed)": 0.0, "muon train (smoothed)": 0.0}
-    assert any("test" in t.get_text() for t in fig.legends[0].get_texts())
+    spans = {line.get_label(): (line.get_xdata()[0], line.get_xdata()[-1]) for line in wall.get_lines()
+             if "train" in line.get_label()}
+    assert spans == {"adamw train (smoothed)": (0.0, 39 * 0.1), "muon train (smoothed)": (0.0, 39 * 0.25)}
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "adamw test (100 ms/step, 90-130)" in labels and "muon test (250 ms/step, 240-260)" in labels
+    assert "load average 1.5 before, 1.8 after" in wall.get_title() and "not to be trusted" not in wall.get_title()
     plt.close(fig)
+    runs["muon"]["timing"] = {"median": 250.0, "min": 150.0, "max": 400.0}     # rounds 2.7x apart
+    fig = cmp.compare_figure(runs, Namespace(model="mlp", seed=0))
+    assert "not to be trusted: a rule's rounds differ up to 2.7x (a busy machine)" in fig.axes[1].get_title()
+    plt.close(fig)
+
+
+def test_time_steps_alternates_rounds_and_takes_medians(monkeypatch):
+    """compare's time per step: every rule timed once per round, the order rotated from round to round;
+    per round the median step, over the rounds the median (and the extremes). The step times here are
+    made up (fit replaced) so that the medians are known."""
+    from refopt.cli import train
+
+    order, durations = [], {"a": iter([[5, 1, 1, 1, 9], [2, 2, 2, 2, 2], [3, 3, 3, 3, 30]]),
+                            "b": iter([[10, 10, 10, 10, 10], [40, 40, 40, 40, 40], [20, 20, 20, 20, 20]])}
+
+    def fake_fit(task, rule, total, seed, lr, schedule, eval_interval, progress, stop_after):
+        order.append(task)
+        assert stop_after == 5 and eval_interval > total and not progress
+        ends = np.cumsum(next(durations[task])) / 1000
+        return None, None, [{"_seconds": float(e)} for e in ends]
+
+    monkeypatch.setattr(train, "fit", fake_fit)
+    args = Namespace(seed=0, schedule_fn=None)
+    got = cmp.time_steps({"a": args, "b": args}, {"a": ("a", None, 0.1, 100), "b": ("b", None, 0.1, 100)})
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    for name, expect in (("a", {"median": 2.0, "min": 1.0, "max": 3.0}), ("b", {"median": 20.0, "min": 10.0, "max": 40.0})):
+        assert got["ms"][name] == pytest.approx(expect, rel=1e-9), name
+    assert len(got["load"]) == 2
 
 
 @pytest.mark.parametrize("model", ["mlp", "gpt"])

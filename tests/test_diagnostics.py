@@ -297,3 +297,54 @@ def test_coordinate_check_against_a_hand_computed_sgd_step():
         assert got[n]["act[out]"] == pytest.approx(D.rms(x @ (w0 + dW)), rel=1e-12)
     none = D.coordinate_check([1], init, lambda n: refopt.SGD(lr=lr), loss, feats, [], x)
     assert none[1]["dw[w]"] == 0.0 and none[1]["dact[out]"] == 0.0
+
+
+def test_diagnostics_figure_series_ratio_and_lr_zero_step():
+    """diagnostics.png's curves: AUS / ELR per group (the informative quantity: AUS alone nearly repeats ELR
+    when the step is orthogonal to w), w_rms as logged, and the lr = 0 step (the schedule's last, where
+    elr, aus and u_rms are 0 by definition) left out of every panel but w_rms and listed."""
+    from refopt.cli import diagnostics as cli_diagnostics
+
+    rows = [{"step": 1, "lr[all]": 0.1, "elr[all]": 0.02, "aus[all]": 0.015, "w_rms[all]": 1.0, "u_rms[all]": 0.3},
+            {"step": 2, "lr[all]": 0.05, "elr[all]": 0.01, "aus[all]": 0.01, "w_rms[all]": 1.1, "u_rms[all]": 0.2},
+            {"step": 3, "lr[all]": 0.0, "elr[all]": 0.0, "aus[all]": 0.0, "w_rms[all]": 1.2, "u_rms[all]": 0.0}]
+    data, skipped = cli_diagnostics.series(rows)
+    assert skipped == [3]
+    steps, ratio = data["aus/elr"]["all"]
+    assert steps == [1, 2, 3] and ratio[:2] == [0.75, 1.0] and np.isnan(ratio[2])
+    for panel, expect in (("elr", [0.02, 0.01]), ("u_rms", [0.3, 0.2])):
+        assert data[panel]["all"][1][:2] == expect and np.isnan(data[panel]["all"][1][2])
+    assert data["w_rms"]["all"][1] == [1.0, 1.1, 1.2]
+    # negative control: the same rows with a nonzero last lr keep every value
+    rows[2]["lr[all]"] = 0.01
+    data, skipped = cli_diagnostics.series(rows)
+    assert skipped == [] and data["u_rms"]["all"][1] == [0.3, 0.2, 0.0]
+
+
+def test_diagnostics_figure_defines_its_symbols(tmp_path, monkeypatch):
+    """The titles are mathtext (rendered, not raw TeX), the footnote defines w, Δ, lr_t, U, the norm, RMS and
+    AUS (cited as post 000, never 'seed 000'), and names the step left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from refopt.cli import diagnostics as cli_diagnostics
+
+    texts, savefig = [], plt.Figure.savefig        # saved for real: a mathtext error fails the drawing
+
+    def keep_texts(fig, *a, **k):
+        texts.extend(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+        return savefig(fig, *a, **k)
+
+    monkeypatch.setattr(plt.Figure, "savefig", keep_texts)
+    rows = [{"step": s, "lr[all]": lr, "elr[all]": 0.01 * lr, "aus[all]": 0.009 * lr, "w_rms[all]": 1.0,
+             "u_rms[all]": 0.2 if lr else 0.0} for s, lr in ((1, 1.0), (2, 0.5), (3, 0.0))]
+    cli_diagnostics.plot(str(tmp_path / "d.png"), rows, "mlp: AdamW")
+    text = "\n".join(texts)
+    assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"
+    for needle in (r"$\mathrm{ELR} = \mathrm{lr}_t\,\|U\| / \|w\|$", r"$\Delta = w_{t+1} - w_t$",
+                   r"$\mathrm{lr}_t$: the group's learning rate", r"$\mathrm{RMS}(x) = \|x\| / \sqrt{n}$",
+                   "(angular update size, post 000)", "step 3.", "group all"):
+        assert needle in text, needle
+    assert "seed" not in text

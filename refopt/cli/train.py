@@ -229,6 +229,14 @@ def matrix_products() -> str:
         raise ValueError(str(e)) from None
 
 
+def say_unused_mkl() -> None:
+    """Print :func:`refopt._blas.notice` to stderr (one line, once per process): the ``mkl`` package is
+    installed but the matrix products run on NumPy's BLAS, and why (``config.json`` records it too)."""
+    line = _blas.notice()
+    if line:
+        print(line, file=sys.stderr)
+
+
 def _load_resume(args):
     """Settings of the run in ``args.resume`` (with the RESUMABLE overrides), its checkpoint and rows.
 
@@ -327,6 +335,7 @@ def run(args: argparse.Namespace) -> int:
     own = resumed is not None and os.path.realpath(args.out) == os.path.realpath(resumed)   # its own run
     overwrite = getattr(args, "overwrite", False) and not own
     out = output.prepare_out(args.out, check_run=not own, overwrite=overwrite)
+    say_unused_mkl()
     if ckpt is not None:
         if refopt.checkpoint.rule_to_json(ckpt.rule) != refopt.checkpoint.rule_to_json(rule):
             raise ValueError(f"--resume: the checkpointed rule differs from the one {args.resume} describes")
