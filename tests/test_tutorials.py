@@ -226,35 +226,83 @@ def test_t02_main_writes_png(t02, tmp_path):
 # ---- t03 (post 000): joint symmetries and the gradient identity -------------------------------------------
 
 @pytest.fixture(scope="module")
-def t03_run():
-    t03 = load_tutorial("t03_joint_symmetries")
-    tr = t03.identity_along_training(steps=4, every=2, lr=1e-2)
-    inv = t03.invariances(tr["params"], tr["config"], *tr["batch"], c=2.5)
-    return t03, tr, inv
+def t03(tmp_path_factory):
+    return tutorial_runs.run("t03_joint_symmetries", str(tmp_path_factory.mktemp("t")))
 
 
-def test_t03_joint_symmetries_keep_the_loss_single_weights_do_not(t03_run):
-    _, _, inv = t03_run
-    assert len(inv["joint"]) == 8                                       # reglu, untied: every symmetry of the list
-    assert max(inv["joint"].values()) < 1e-13 and max(inv["per_channel"].values()) < 1e-13
-    assert inv["embedding"]["untied, eps=0"] < 1e-13
-    assert 1e-9 < inv["embedding"]["untied, eps=1e-6"] < 1e-4           # eps breaks it, slightly
-    assert inv["embedding"]["tied head, eps=0"] > 1e-4                  # the tied head scales the logits
-    assert min(inv["single"].values()) > 1e3 * max(inv["joint"].values(), default=0) + 1e-7  # one weight alone
+def test_t03_writes_its_figure(t03):
+    out, _ = t03
+    with open(os.path.join(out, "t03_joint_symmetries.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
 
 
-def test_t03_gradient_identity_holds_along_training_but_per_weight_terms_do_not_vanish(t03_run):
-    _, tr, _ = t03_run
-    assert tr["step"] == [0, 2, 4]
-    assert tr["max_residual"] < 1e-12
-    assert max(tr["median_cosine"].values()) > 1e-2                     # <w, g> != 0 for single weights
+def test_t03_joint_symmetries_keep_the_loss_single_weights_do_not(t03):
+    _, r = t03
+    assert len(r["joint"]) == 8                                         # reglu, untied: every symmetry of the list
+    assert max(r["joint"].values()) < 1e-13 and max(r["per_channel"].values()) < 1e-13
+    assert r["embedding"]["untied, eps=0"] < 1e-13
+    assert 1e-9 < r["embedding"]["untied, eps=1e-6"] < 1e-4             # eps breaks it, slightly
+    assert r["embedding"]["tied head, eps=0"] > 1e-4                    # the tied head scales the logits
+    assert min(r["single"].values()) > 1e3 * max(r["joint"].values(), default=0) + 1e-7  # one weight alone
 
 
-def test_t03_main_writes_png(t03_run, tmp_path):
-    t03, _, _ = t03_run
-    r = t03.main(["--out", str(tmp_path), "--steps", "2", "-f", "kernel.json"])   # a kernel's -f is ignored
-    assert (tmp_path / "t03_joint_symmetries.png").read_bytes()[:8] == PNG_MAGIC
-    assert r["training"]["max_residual"] < 1e-12
+def test_t03_gradient_identity_holds_along_training_but_per_weight_terms_do_not_vanish(t03):
+    _, r = t03
+    assert r["step"] == list(range(0, r["steps"] + 1, 5))
+    assert r["max_residual"] < 1e-12
+    assert max(r["median_cosine"].values()) > 1e-2                      # <w, g> != 0 for single weights
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt():
+    from refopt.models import gpt
+    from refopt.models.data import CharVocab, get_batch, load_text
+    corpus = load_text()
+    vocab = CharVocab(corpus.text)
+    ids = vocab.encode(corpus.text[:20_000])
+    config = gpt.GPTConfig(vocab_size=vocab.size, block_size=16, n_layer=2, n_head=4, n_embd=32, ffn="reglu",
+                           tie_head=False, norm_eps=0.0)
+    x, y = get_batch(ids, 16, 4, np.random.default_rng(1))
+    return gpt, config, gpt.init(config, seed=1, dtype=np.float64), x, y
+
+
+def test_t03_exercise_1_solution(tiny_gpt):
+    """Solution: W_q * c and W_k / c in block 0 keep the loss; W_q * c alone does not (negative control)."""
+    gpt, config, params, x, y = tiny_gpt
+
+    def answer1(params, c):
+        blocks = [dict(b) for b in params["blocks"]]
+        attn = dict(blocks[0]["attn"])
+        attn["w_q"], attn["w_k"] = attn["w_q"] * c, attn["w_k"] / c
+        blocks[0] = {**blocks[0], "attn": attn}
+        return {**params, "blocks": blocks}
+
+    l0 = float(gpt.loss(params, x, y, config))
+    assert abs(float(gpt.loss(answer1(params, 3.0), x, y, config)) - l0) <= 1e-13 * l0
+    assert np.linalg.norm(answer1(params, 3.0)["blocks"][0]["attn"]["w_q"] - 3.0 * params["blocks"][0]["attn"]["w_q"]) == 0
+    alone = answer1(params, 3.0)
+    alone["blocks"][0]["attn"]["w_k"] = params["blocks"][0]["attn"]["w_k"]
+    assert abs(float(gpt.loss(alone, x, y, config)) - l0) > 1e-9 * l0
+
+
+def test_t03_exercise_2_solution(tiny_gpt):
+    """Solution: with the tied head the logits scale by c (eps = 0), not 1."""
+    import dataclasses
+    gpt, config, params, x, _ = tiny_gpt
+    cfg = dataclasses.replace(config, tie_head=True)
+    tied = {k: v for k, v in params.items() if k != "lm_head"}
+    c = 2.5
+    scaled = {**tied, "wte": tied["wte"] * c, "wpe": tied["wpe"] * c,
+              "blocks": [{**b, "attn": {**b["attn"], "w_o": b["attn"]["w_o"] * c},
+                          "mlp": {**b["mlp"], "w_down": b["mlp"]["w_down"] * c}} for b in tied["blocks"]]}
+    logits, logits_scaled = gpt.apply(tied, x, cfg), gpt.apply(scaled, x, cfg)
+
+    def answer2(c):
+        return c
+
+    scale = np.max(np.abs(logits))
+    assert np.max(np.abs(logits_scaled - answer2(c) * logits)) < 1e-12 * scale
+    assert np.max(np.abs(logits_scaled - logits)) > 0.1 * scale
 
 
 @pytest.mark.parametrize("name", sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tutorials"))
