@@ -172,55 +172,85 @@ def test_t01_exercise_2_solution(digits):
 
 # ---- t02 (post 004): averaging as a schedule, the EMA preview, Schedule-Free ---------------------------------
 
+def lr_multiplier(v):
+    """gamma_t = v_{t+1:T} / v_{1:T}, t = 1..T (post 004, eq. (10)), written here as explicit tail sums."""
+    v = np.asarray(v, dtype=np.float64)
+    return np.array([v[t:].sum() for t in range(1, len(v) + 1)]) / v.sum()
+
+
 @pytest.fixture(scope="module")
-def t02():
-    return load_tutorial("t02_averaging_as_schedule")
+def t02(tmp_path_factory):
+    return tutorial_runs.run("t02_averaging_as_schedule", str(tmp_path_factory.mktemp("t")))
+
+
+def test_t02_writes_its_figure(t02):
+    out, _ = t02
+    with open(os.path.join(out, "t02_averaging_as_schedule.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
 
 
 def test_t02_eq10_multiplier_uniform_is_linear_decay_and_ema_is_eq17(t02):
-    T = 50
+    _, r = t02
+    assert r["err_uniform"] < 1e-15 and r["err_ema"] < 1e-13
+    # the closed forms themselves, from the explicit tail sums; negative control: an EMA is not the linear decay
+    T, g = 50, 0.9
     t = np.arange(1, T + 1)
-    np.testing.assert_allclose(t02.averaging_multiplier(np.ones(T)), 1 - t / T, rtol=0, atol=1e-15)
-    g = 0.9
-    np.testing.assert_allclose(t02.averaging_multiplier(t02.ema_weights(T, g)), (1 - g ** (T - t)) / (1 - g ** T),
-                               rtol=1e-12, atol=1e-15)
-    # negative control: the EMA's multiplier is not the linear decay
-    assert np.max(np.abs(t02.averaging_multiplier(t02.ema_weights(T, g)) - (1 - t / T))) > 0.3
-    with pytest.raises(ValueError, match="weights >= 0"):
-        t02.averaging_multiplier([1.0, -1.0])
+    np.testing.assert_allclose(lr_multiplier(np.ones(T)), 1 - t / T, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(lr_multiplier(g ** (T - t)), (1 - g ** (T - t)) / (1 - g ** T), rtol=1e-12, atol=1e-15)
+    assert np.max(np.abs(lr_multiplier(g ** (T - t)) - (1 - t / T))) > 0.3
 
 
-def test_t02_averaging_leaves_the_trajectory_unchanged(t02, digits):
-    r = t02.run(steps=7, lr=0.3, ema_decay=0.9, hidden=8, batch_size=16, seed=2, eval_every=3, n_branches=1,
-                data=digits)
-    assert list(r["step"]) == [0, 3, 6, 7]
-    assert r["ema_raw_bitwise"]
-    # before any step the average is the init (eval_params gives x_0), after it it is not the iterate
-    assert r["loss_average"][0] == r["loss_const"][0] == r["loss_linear"][0]
-    assert abs(r["loss_average"][-1] - r["loss_const"][-1]) > 1e-6
+def test_t02_averaging_leaves_the_trajectory_unchanged(t02):
+    _, r = t02
+    assert r["bitwise"]
+    # before any step the average is the init, after it it is not the iterate
+    assert r["loss_average"][0] == r["loss_const"][0] == r["loss_linear"][0] == r["loss_ema"][0]
+    assert abs(r["loss_average"][-1] - r["loss_const"][-1]) > 1e-4
     assert r["loss_linear"][-1] != r["loss_const"][-1]
 
 
-def test_t02_ema_previews_the_end_of_a_short_linear_decay(t02, digits):
-    """At the branch points the EMA (gamma = 0.95) is closer to the endpoint of a linear decay over the last
-    W = 2/(1 - gamma) = 40 steps than the raw constant-lr iterate is (mean over the points and 2 seeds)."""
-    ema_gap, raw_gap = [], []
-    for seed in (0, 1):
-        r = t02.run(steps=400, lr=0.5, ema_decay=0.95, hidden=32, eval_every=10, n_branches=4, seed=seed,
-                    data=digits)
-        assert r["window"] == 40 and list(r["branch_end"]) == [100, 200, 300, 400]
-        s, raw = r["branch_curves"][200]
-        assert s[0] == 160 and raw[0] == r["loss_const"][list(r["step"]).index(160)]   # branched off the run
-        ema_gap += list(np.abs(r["ema_at_branch"] - r["branch_loss"]))
-        raw_gap += list(np.abs(r["raw_at_branch"] - r["branch_loss"]))
+def test_t02_branches_start_on_the_constant_lr_run(t02):
+    _, r = t02
+    assert r["window"] == 100 and len(r["branch_end"]) == 8
+    for start, const in zip(r["branch_start_loss"], r["const_at_branch_start"]):
+        if const is not None:
+            assert start == const
+
+
+def test_t02_ema_previews_the_end_of_a_short_linear_decay(t02):
+    """At the branch points the EMA (gamma = 0.98) is closer to the endpoint of a linear decay over the last
+    W = 2/(1 - gamma) = 100 steps than the raw constant-lr iterate is (mean over 8 points)."""
+    _, r = t02
+    ema_gap = np.abs(np.array(r["ema_at_branch"]) - np.array(r["branch_loss"]))
+    raw_gap = np.abs(np.array(r["raw_at_branch"]) - np.array(r["branch_loss"]))
     assert np.mean(ema_gap) < 0.5 * np.mean(raw_gap)
+    assert r["ema_closer"] >= 6
 
 
-def test_t02_main_writes_png(t02, tmp_path):
-    r = t02.main(["--out", str(tmp_path), "--steps", "60", "--hidden", "8", "--eval-every", "10",
-                  "--ema-decay", "0.9"])
-    assert (tmp_path / "t02_averaging_as_schedule.png").read_bytes()[:8] == PNG_MAGIC
-    assert r["schedule_free"]["linear"].shape == (3,)
+def test_t02_schedule_free_and_warmup(t02):
+    _, r = t02
+    assert min(r["sf_schedule_free"]) < min(r["sf_linear"])            # as good as the best linear decay of the grid
+    assert r["big_warmup"] < 0.7 * r["big_no_warmup"]                    # warmup helps at lr 3
+
+
+def test_t02_exercise_1_solution():
+    """Solution: 1 - gamma^50 = 1/2, gamma = 2^(-1/50); a decay tuned for 100 steps fails."""
+    T = 2000
+    t = np.arange(1, T + 1)
+    answer1 = 0.5 ** (1 / 50)
+    assert abs(lr_multiplier(answer1 ** (T - t))[T - 50 - 1] - 0.5) < 1e-3
+    assert abs(lr_multiplier(0.5 ** (1 / 100) ** (T - t))[T - 50 - 1] - 0.5) > 1e-2
+
+
+def test_t02_exercise_2_solution():
+    """Solution: v_t = 2(T - t) + 1 (tail sums (T - t)^2); uniform weights fail."""
+    def answer2(T):
+        return 2.0 * (T - np.arange(1, T + 1)) + 1
+
+    T = 300
+    t = np.arange(1, T + 1)
+    assert np.max(np.abs(lr_multiplier(answer2(T)) - (1 - t / T) ** 2)) < 1e-12
+    assert np.max(np.abs(lr_multiplier(np.ones(T)) - (1 - t / T) ** 2)) > 0.1
 
 
 # ---- t03 (post 000): joint symmetries and the gradient identity -------------------------------------------
