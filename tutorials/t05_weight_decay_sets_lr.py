@@ -238,7 +238,7 @@ for k in ("matched", "muonh", "nowd"):
     a = angles[k]
     ax.plot(eval_steps, a.mean(0), color=COL[k], lw=2, label=NAME[k])
     ax.fill_between(eval_steps, a.min(0), a.max(0), color=COL[k], alpha=0.2, lw=0)
-ax.set_ylabel("angle to MuonWD's weights (degrees)")
+ax.set_ylabel("angle to MuonWD's weights (degrees)\nmean over the seeds, band: min to max")
 ax.set_title(f"(b) momentum {args.momentum:g}, {args.seeds} seeds: every run drifts away", fontsize=10)
 ax = axs[2]
 steps = np.arange(1, args.steps + 1)
@@ -248,7 +248,7 @@ for k in ("wd", "matched", "nowd"):
     ax.plot(steps, e.mean(0), color=COL[k], lw=2 if k != "matched" else 1.5, ls="--" if k == "matched" else "-",
             label=NAME[k])
 ax.set_yscale("log")
-ax.set_ylabel(r"$\eta_{\rm eff} = \eta\,/\,\|W_t\|_F$ of layers[0].w")
+ax.set_ylabel(r"$\eta_{\rm eff} = \eta\,/\,\|W_t\|_F$ of layers[0].w (mean over the seeds)")
 ax.set_title(r"(c) what is matched: the effective lr", fontsize=10)
 ax = axs[3]
 xs = np.arange(len(KINDS))
