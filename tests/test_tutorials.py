@@ -304,7 +304,8 @@ def test_t03_exercise_1_solution(tiny_gpt):
 
     l0 = float(gpt.loss(params, x, y, config))
     assert abs(float(gpt.loss(answer1(params, 3.0), x, y, config)) - l0) <= 1e-13 * l0
-    assert np.linalg.norm(answer1(params, 3.0)["blocks"][0]["attn"]["w_q"] - 3.0 * params["blocks"][0]["attn"]["w_q"]) == 0
+    new = answer1(params, 3.0)
+    assert np.array_equal(new["blocks"][0]["attn"]["w_q"], 3.0 * params["blocks"][0]["attn"]["w_q"])
     alone = answer1(params, 3.0)
     alone["blocks"][0]["attn"]["w_k"] = params["blocks"][0]["attn"]["w_k"]
     assert abs(float(gpt.loss(alone, x, y, config)) - l0) > 1e-9 * l0

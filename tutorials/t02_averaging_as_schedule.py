@@ -177,7 +177,8 @@ branch_loss = np.array(branch_loss)
 ema_at = np.array([loss_ema[where[e]] for e in ends])
 raw_at = np.array([loss_const[where[e]] for e in ends])
 for e, b, m, r in zip(ends, branch_loss, ema_at, raw_at):
-    print(f"step {e:5d}: decay endpoint {b:.4f}, EMA {m:.4f} (gap {abs(m - b):.4f}), raw {r:.4f} (gap {abs(r - b):.4f})")
+    print(f"step {e:5d}: decay endpoint {b:.4f}, EMA {m:.4f} (gap {abs(m - b):.4f}), "
+          f"raw {r:.4f} (gap {abs(r - b):.4f})")
 ema_closer = int(np.sum(np.abs(ema_at - branch_loss) < np.abs(raw_at - branch_loss)))
 print(f"mean distance to the decay endpoints: EMA {np.mean(np.abs(ema_at - branch_loss)):.4f}, raw "
       f"{np.mean(np.abs(raw_at - branch_loss)):.4f}; the EMA is closer at {ema_closer} of {len(ends)} points")
@@ -239,7 +240,8 @@ ax = axs[1]
 ax.plot(step, loss_const, color="0.6", lw=1, label=rf"SGD, constant lr {args.lr:g}: raw iterate")
 ax.plot(step, loss_ema, color="tab:green", lw=2, label=rf"its EMA, $\gamma$={args.ema_decay:g}")
 for k, (e, (bs, bl)) in enumerate(curves.items()):
-    ax.plot(bs, bl, color="tab:purple", lw=2, label=f"linear decay over the last $W$={window} steps" if k == 0 else None)
+    ax.plot(bs, bl, color="tab:purple", lw=2,
+            label=f"linear decay over the last $W$={window} steps" if k == 0 else None)
     ax.plot([e], [bl[-1]], "o", color="tab:purple", ms=5)
 ax.set_yscale("log")
 ax.set_ylim(None, 0.5)
@@ -261,7 +263,8 @@ ax.plot(sf_step, sf["linear_best_curve"], color="tab:red", lw=1.5,
 ax.plot(sf_step, sf["schedule_free_best_curve"], color="tab:blue", lw=1.5,
         label="Schedule-Free SGD, best lr of the grid (evaluated at $x$)")
 ax.plot(sf_step, sf["big_no_warmup"], color="tab:orange", ls=":", lw=2, label=f"Schedule-Free lr {big_lr:g}, no warmup")
-ax.plot(sf_step, sf["big_warmup"], color="tab:orange", lw=1.5, label=f"Schedule-Free lr {big_lr:g}, {warmup} warmup steps")
+ax.plot(sf_step, sf["big_warmup"], color="tab:orange", lw=1.5,
+        label=f"Schedule-Free lr {big_lr:g}, {warmup} warmup steps")
 ax.set_yscale("log")
 ax.set_ylim(None, 0.5)
 ax.set_xlabel("step")

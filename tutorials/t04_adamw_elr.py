@@ -139,7 +139,8 @@ late = slice(T // 10, T)
 rec_err_lin = float(np.max(np.abs(lin["w2"][late] / rec_lin[late] - 1)))
 rec_err_const = float(np.max(np.abs(const["w2"][late] / rec_const[late] - 1)))
 print(f"linear decay: ||w||_RMS^2 peaks at {peak_linear:.3f} eta0/lambda at step {peak_linear_at} (T/3 = {T // 3})")
-print(f"recursion vs measured after T/10: max relative error {rec_err_const:.3f} (constant), {rec_err_lin:.3f} (linear)")
+print(f"recursion vs measured after T/10: max relative error {rec_err_const:.3f} (constant), "
+      f"{rec_err_lin:.3f} (linear)")
 
 # %% [markdown]
 # ## 4. The ELR under linear decay
@@ -203,7 +204,8 @@ results = dict(steps=T, lr=lr, wd=wd, init_rms=init_rms, dim=args.dim, seed=args
                u_rms_theory=U_RMS_THEORY, u_rms_measured=u_rms_measured, plateau=plateau, t_mid=t_mid,
                w2_mid=w2_mid, w2_mid_post=w2_mid_post, w2_mid_ar1=w2_mid_ar1, peak_linear=peak_linear,
                peak_linear_at=peak_linear_at, rec_err_const=rec_err_const, rec_err_lin=rec_err_lin,
-               elr_mid_measured=lin["elr"][h], elr_mid_post=elr_post[h], elr_mid_recursion=elr_recursion[h], half_crossing=half_crossing,
+               elr_mid_measured=lin["elr"][h], elr_mid_post=elr_post[h], elr_mid_recursion=elr_recursion[h],
+               half_crossing=half_crossing,
                w2_const=const["w2"][::10], w2_linear=lin["w2"][::10])
 print(save_results(args.out, "t04_adamw_elr", results))
 
