@@ -7,11 +7,14 @@ percent script: the last test checks that each opens as a notebook with markdown
 """
 import importlib.util
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import refopt
+import tutorial_runs
 from refopt.models import mlp
 from refopt.models.data import load_digits
 
@@ -211,12 +214,13 @@ def test_t03_main_writes_png(t03_run, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tutorials"))
                                          if f.startswith("t") and f.endswith(".py")))
-def test_a_mistyped_tutorial_option_is_an_error(name, tmp_path, capsys):
-    """A teacher's `--stpes 3` must not silently run the default figure (exit 2 naming the option)."""
-    mod = load_tutorial(name)
-    with pytest.raises(SystemExit) as e:
-        mod.main(["--out", str(tmp_path), "--stpes", "3", "-f", "kernel.json"])
-    assert e.value.code == 2 and "unrecognized arguments: --stpes 3" in capsys.readouterr().err
+def test_a_mistyped_tutorial_option_is_an_error(name, tmp_path):
+    """A teacher's `--stpes 3` must not silently run the default figure (exit 2 naming the option); a
+    kernel's `-f FILE` is ignored. Run as a script, so that a tutorial's top-level cells stop at the options."""
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tutorials", f"{name}.py"), "--out", str(tmp_path),
+                           "--stpes", "3", "-f", "kernel.json"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 2 and "unrecognized arguments: --stpes 3" in proc.stderr
 
 
 # ---- t04 (post 000): AdamW's ELR, measured ------------------------------------------------------------------
@@ -422,15 +426,57 @@ def test_t09_main_writes_png(t09, tmp_path):
 
 # ---- t10: Newton-Schulz polynomials ---------------------------------------------------------------------------
 
-def test_t10_msign_singular_values_are_the_scalar_map_and_the_bands(tmp_path):
-    t10 = load_tutorial("t10_newton_schulz")
-    r = t10.main(["--out", str(tmp_path)])
-    assert (tmp_path / "t10_newton_schulz.png").read_bytes()[:8] == PNG_MAGIC
+@pytest.fixture(scope="module")
+def t10(tmp_path_factory):
+    return tutorial_runs.run("t10_newton_schulz", str(tmp_path_factory.mktemp("t")))
+
+
+def test_t10_writes_its_figure(t10):
+    out, _ = t10
+    with open(os.path.join(out, "t10_newton_schulz.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+
+
+def test_t10_msign_singular_values_are_the_scalar_map(t10):
+    _, r = t10
+    assert set(r["check"]) == {"classic", "jordan", "you", "polar_express"}
     assert max(r["check"].values()) < 1e-13
+
+
+def test_t10_the_bands(t10):
+    _, r = t10
     lo, hi = r["band_0.1"]["jordan"]
     assert 0.68 < lo < 0.69 and 1.13 < hi < 1.14                          # a band around 1, not 1
     assert r["band_0.1"]["classic"][0] > 0.99 and r["band"]["classic"][0] < 0.05   # classic: slow for small x
     assert abs(r["band"]["polar_express"][0] - 1) < 1e-3 and abs(r["band"]["polar_express"][1] - 1) < 1e-3
+
+
+def test_t10_one_classic_step_is_the_closed_form_polynomial():
+    """An independent oracle: the classic map after one step is (15x - 10x^3 + 3x^5)/8."""
+    from refopt.linalg import ns_scalar_map
+    x = np.linspace(0.01, 1.0, 50)
+    np.testing.assert_allclose(ns_scalar_map(x, "classic", 1), (15 * x - 10 * x ** 3 + 3 * x ** 5) / 8, rtol=1e-14)
+
+
+def test_t10_exercise_solutions():
+    """docs/tutorials/solutions/t10_newton_schulz.md, each against the tutorial's check; a wrong answer fails."""
+    from refopt.linalg import ns_scalar_map
+    a, b, c = 3.4445, -4.7750, 2.0315
+    answer1 = a * 1.0 + b * 1.0 ** 3 + c * 1.0 ** 5
+    assert abs(answer1 - float(ns_scalar_map(np.array([1.0]), "jordan", 1)[0])) < 1e-12
+    assert abs(1.0 - float(ns_scalar_map(np.array([1.0]), "jordan", 1)[0])) > 0.2      # 1 is not a fixed point
+    answer2 = next(k for k in range(1, 50) if ns_scalar_map(np.array([0.01]), "classic", k)[0] >= 0.99)
+    reached = lambda k: float(ns_scalar_map(np.array([0.01]), "classic", k)[0]) >= 0.99  # noqa: E731
+    assert answer2 == 9 and reached(answer2) and not reached(answer2 - 1)
+    rng = np.random.default_rng(0)
+    U, _ = np.linalg.qr(rng.standard_normal((48, 40)))
+    V, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    G = (U * np.geomspace(1.0, 1e-3, 40)) @ V.T
+    u, _, vt = np.linalg.svd(G, full_matrices=False)
+    answer3 = u @ vt
+    exact = refopt.msign(G, "svd")
+    assert np.linalg.norm(answer3 - exact) < 1e-12 * np.linalg.norm(exact)
+    assert np.linalg.norm(u[:, :20] @ vt[:20] - exact) > 0.5 * np.linalg.norm(exact)    # a wrong answer fails
 
 
 # ---- every tutorial opens as a notebook (jupytext percent format) and is listed in the index ----------------
@@ -452,4 +498,4 @@ def test_tutorial_is_a_jupytext_percent_notebook(name):
     nb = jupytext.read(os.path.join(ROOT, "tutorials", f"{name}.py"))
     kinds = [c.cell_type for c in nb.cells]
     assert kinds[0] == "markdown" and kinds.count("markdown") >= 1 and kinds.count("code") >= 2
-    assert "parse_script_args(ap, argv)" in "".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "parse_script_args(ap" in "".join(c.source for c in nb.cells if c.cell_type == "code")
