@@ -383,45 +383,73 @@ def test_t08_main_writes_png(t08, tmp_path):
 # ---- t09: Adam's bias correction and eps placements ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def t09():
-    return load_tutorial("t09_adam_details")
+def t09(tmp_path_factory):
+    return tutorial_runs.run("t09_adam_details", str(tmp_path_factory.mktemp("t")))
+
+
+def test_t09_writes_its_figure(t09):
+    out, _ = t09
+    with open(os.path.join(out, "t09_adam_details.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
 
 
 def test_t09_bias_corrected_steps_have_size_lr_from_the_first_step(t09):
-    g = np.array([1.0, 1e-3, 1e-6])
-    st = t09.steps_refopt(g, 50)
-    np.testing.assert_allclose(st, np.broadcast_to(1e-3 * g / (g + 1e-8), st.shape), rtol=1e-12)
-    assert t09.uncorrected_ratio(1) == pytest.approx(0.1 / np.sqrt(0.001), rel=1e-14)   # 3.162
-    assert t09.uncorrected_ratio(np.arange(1, 200)).max() > 6.0                         # negative control
+    """|step| = lr |g|/(|g| + eps) at every step; without the correction (1 - b1^t)/sqrt(1 - b2^t) lr."""
+    _, r = t09
+    assert r["step_max_rel_dev"] <= 1e-12
+    g = np.array(r["g_const"])
+    for key, v in r["step_over_lr_at"].items():
+        np.testing.assert_allclose(v, float(key) / (float(key) + 1e-8), rtol=1e-12)
+    assert r["t_at"][0] == 1 and r["uncorrected_at"][0] == pytest.approx(0.1 / np.sqrt(0.001), rel=1e-14)  # 3.162
+    assert r["uncorrected_max"] > 6.0                                                   # negative control
+    assert len(g) == 3
 
 
 def test_t09_eps_placements(t09):
-    grid = np.geomspace(1e-12, 1.0, 25)
-    f = t09.first_step(grid)
-    np.testing.assert_allclose(t09.steps_refopt(grid, 1)[0], f["E1"], rtol=1e-12)        # refopt is E1
-    # E2 is E1 with eps / sqrt(1 - beta2^t)
+    """The first step of E1/E2/E3, written here from the equations; refopt is E1; they agree for |g| >> eps."""
+    _, r = t09
+    grid, f = np.array(r["grid"]), {k: np.array(v) for k, v in r["first"].items()}
+    np.testing.assert_allclose(f["E1"], 1e-3 * grid / (grid + 1e-8), rtol=1e-14)
     np.testing.assert_allclose(f["E2"], 1e-3 * grid / (grid + 1e-8 / np.sqrt(1 - 0.999)), rtol=1e-12)
+    np.testing.assert_allclose(f["E3"], 1e-3 * grid / np.sqrt(grid ** 2 + 1e-8), rtol=1e-14)
+    np.testing.assert_allclose(r["refopt_first"], f["E1"], rtol=1e-12)                  # refopt is E1
     big = grid > 1e-2
     for k in ("E2", "E3"):
         np.testing.assert_allclose(f[k][big], f["E1"][big], rtol=1e-3)                  # agree for |g| >> eps
     assert f["E1"][0] / f["E3"][0] > 1e3                                                # and not for tiny |g|
+    assert np.max(np.abs(np.array(r["refopt_first"]) / f["E2"] - 1)) > 1.0             # refopt is not E2
 
 
-def test_t09_refopt_matches_torch_adam(t09):
-    pytest.importorskip("torch")
-    grid = np.geomspace(1e-12, 1.0, 13)
-    import torch
-    p = torch.zeros(len(grid), dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.Adam([p], lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
-    p.grad = torch.tensor(grid)
-    opt.step()
-    np.testing.assert_allclose(t09.steps_refopt(grid, 1)[0], np.abs(p.detach().numpy()), rtol=1e-15)
+def test_t09_refopt_matches_the_peers(t09):
+    """refopt's first step equals torch.optim.Adam's (E1); optax's eps_root is E3 (when installed)."""
+    _, r = t09
+    for name in ("torch", "optax"):
+        try:
+            __import__(name)
+        except ImportError:
+            assert name in r["missing_peers"]
+            continue
+        key = "torch.optim.Adam (E1)" if name == "torch" else "optax.adam eps_root (E3)"
+        assert r["peer_max_rel_diff"][key] < 1e-15
+    if "torch.optim.Adam (E1)" in r["peers"]:
+        np.testing.assert_allclose(r["refopt_first"], r["peers"]["torch.optim.Adam (E1)"], rtol=1e-15)
 
 
-def test_t09_main_writes_png(t09, tmp_path):
-    r = t09.main(["--out", str(tmp_path), "--steps", "20", "--no-peers"])
-    assert r["peers"] == {}
-    assert (tmp_path / "t09_adam_details.png").read_bytes()[:8] == PNG_MAGIC
+def test_t09_exercise_solutions():
+    """docs/tutorials/solutions/t09_adam_details.md, each against the tutorial's check; a wrong answer fails."""
+    B1, B2, EPS = 0.9, 0.999, 1e-8
+    ratio = lambda t: (1 - B1 ** t) / np.sqrt(1 - B2 ** t)  # noqa: E731
+    tt = np.arange(1, 100001)
+    k = int(np.argmax(ratio(tt)))
+    answer1 = (int(tt[k]), float(ratio(tt[k])))
+    assert answer1[0] == 12 and answer1[1] == pytest.approx(6.5685, abs=1e-4)
+    assert ratio(11) < answer1[1] and ratio(13) < answer1[1]
+    answer2 = np.sqrt(EPS / 3)
+    assert abs(answer2 / np.sqrt(answer2 ** 2 + EPS) - 0.5) < 1e-9
+    assert abs(EPS / np.sqrt(EPS ** 2 + EPS) - 0.5) > 0.4                               # E1's answer is wrong here
+    answer3 = int(np.ceil(np.log(1 - 1 / 1.01 ** 2) / np.log(B2)))
+    within = lambda k: 1 / np.sqrt(1 - B2 ** k) <= 1.01  # noqa: E731
+    assert answer3 == 3925 and within(answer3) and not within(answer3 - 1)
 
 
 # ---- t10: Newton-Schulz polynomials ---------------------------------------------------------------------------
