@@ -348,36 +348,64 @@ def test_t07_main_writes_png(t07, tmp_path):
 # ---- t08: trajectories ----------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def t08():
-    return load_tutorial("t08_trajectories")
+def t08(tmp_path_factory):
+    return tutorial_runs.run("t08_trajectories", str(tmp_path_factory.mktemp("t")))
 
 
-def test_t08_sgd_on_the_quadratic_is_the_closed_form(t08):
-    """x_t = (1 - eta)^t x_0, y_t = (1 - eta kappa)^t y_0 (eta = 0.07, kappa = 25)."""
-    xs, _ = t08.trajectory(refopt.SGD(lr=0.07), t08.quadratic, (-4.0, 1.0), 40)
-    t = np.arange(41)
-    np.testing.assert_allclose(xs[:, 0], -4.0 * 0.93 ** t, rtol=1e-12)
-    np.testing.assert_allclose(xs[:, 1], (1 - 0.07 * 25) ** t, rtol=1e-11)
+def test_t08_writes_its_figure(t08):
+    out, _ = t08
+    with open(os.path.join(out, "t08_trajectories.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
 
 
-def test_t08_sign_descent_moves_every_coordinate_by_exactly_lr(t08):
-    rule = t08.rules("quadratic")["sign descent"]
-    xs, _ = t08.trajectory(rule, t08.quadratic, (-4.0, 1.0), 30)
-    np.testing.assert_allclose(np.abs(np.diff(xs, axis=0)), rule.lr, rtol=1e-12)
-    xa, _ = t08.trajectory(t08.rules("quadratic")["Adam"], t08.quadratic, (-4.0, 1.0), 30)
-    assert np.max(np.abs(np.abs(np.diff(xa, axis=0)) - 0.15)) > 1e-3        # Adam (beta1 > 0) is not sign descent
+def test_t08_sgd_on_the_quadratic_is_the_closed_form_and_sign_descent_steps_lr(t08):
+    """x_t = (1 - eta)^t x_0, y_t = (1 - eta kappa)^t y_0 (eta = 0.07, kappa = 25); |sign step| = lr exactly,
+    Adam (beta1 > 0) is not sign descent (negative control)."""
+    _, r = t08
+    assert r["sgd_closed_form_err"] < 1e-11
+    assert r["sign_step_err"] < 1e-12
+    lo, hi = r["adam_step_range"]
+    assert hi - lo > 1e-3 and abs(hi - 0.15) < 1e-9                       # Adam's first step is lr, then it shrinks
+
+
+def test_t08_rosenbrock_ordering(t08):
+    """Adam reaches the minimum, momentum and Nesterov get closer than SGD, sign descent stalls."""
+    _, r = t08
+    d = r["rosenbrock_distance"]
+    assert d["Adam"] < 1e-2 < d["momentum 0.9"] < d["SGD"] < d["sign descent"]
+    assert r["rosenbrock_final"]["sign descent"] > 1.0
+    assert abs(d["momentum 0.9"] / d["Nesterov 0.9"] - 1) < 0.05
 
 
 def test_t08_muon_direction_is_orthogonal_and_wins_on_the_ill_conditioned_matrix_problem(t08):
-    m = t08.matrix_runs(steps=150)
-    np.testing.assert_allclose(m["sv_muon_direction"], 1.0, rtol=1e-12)
-    assert m["sv_gradient"].max() / m["sv_gradient"].min() > 1e3
-    assert m["Muon (msign, svd)"][-1] < 1e-2 * min(m["SGD"][-1], m["Adam"][-1])
+    _, r = t08
+    np.testing.assert_allclose(r["sv_muon_direction"], 1.0, rtol=1e-12)
+    assert max(r["sv_gradient"]) / min(r["sv_gradient"]) > 1e3
+    m = r["matrix_final"]
+    assert m["Muon (exact msign)"] < 1e-2 * min(m["SGD"], m["Adam"])
 
 
-def test_t08_main_writes_png(t08, tmp_path):
-    t08.main(["--out", str(tmp_path), "--steps", "5", "--rosen-steps", "5", "--matrix-steps", "5"])
-    assert (tmp_path / "t08_trajectories.png").read_bytes()[:8] == PNG_MAGIC
+def test_t08_exercise_solutions():
+    """docs/tutorials/solutions/t08_trajectories.md, each against the tutorial's check; a wrong answer fails."""
+    K = 25.0
+
+    def final_loss(rule, steps):
+        w = np.array([-4.0, 1.0])
+        state = refopt.init(rule, w)
+        for _ in range(steps):
+            w, state = refopt.update(rule, state, w, np.array([w[0], K * w[1]]))
+        return 0.5 * (w[0] ** 2 + K * w[1] ** 2)
+
+    answer1 = 2 / K
+    assert final_loss(refopt.SGD(lr=0.99 * answer1), 300) < 1.0 < final_loss(refopt.SGD(lr=1.01 * answer1), 300)
+    wrong = 2 / (K + 1)                                                    # SGD's best lr, not its limit
+    assert not final_loss(refopt.SGD(lr=1.01 * wrong), 300) > 1.0
+    answer2 = (4 / (np.sqrt(K) + 1) ** 2, ((np.sqrt(K) - 1) / (np.sqrt(K) + 1)) ** 2)
+    f_hb = final_loss(refopt.SGD(lr=answer2[0], momentum=answer2[1]), 60)
+    f_sgd = final_loss(refopt.SGD(lr=2 / (K + 1)), 60)
+    assert f_hb < 1e-12 and f_hb < 1e-6 * f_sgd
+    f_wrong = final_loss(refopt.SGD(lr=answer2[0], momentum=0.9), 60)     # a wrong beta fails the check
+    assert not (f_wrong < 1e-12 and f_wrong < 1e-6 * f_sgd)
 
 
 # ---- t09: Adam's bias correction and eps placements ----------------------------------------------------------
