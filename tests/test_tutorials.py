@@ -284,36 +284,77 @@ def test_t05_main_writes_png(t05_run, tmp_path):
     assert (tmp_path / "t05_weight_decay_sets_lr.png").read_bytes()[:8] == PNG_MAGIC
 
 
-# ---- t06 (posts 003, 001): stability metrics, coordinate check ----------------------------------------------
+# ---- t06 (posts 003, 001): stability metrics, coordinate check, lr transfer -----------------------------------
 
 @pytest.fixture(scope="module")
-def t06():
-    return load_tutorial("t06_stability_and_mup")
+def t06(tmp_path_factory):
+    return tutorial_runs.run("t06_stability_and_mup", str(tmp_path_factory.mktemp("t")))
+
+
+def test_t06_writes_its_figure(t06):
+    out, _ = t06
+    with open(os.path.join(out, "t06_stability_and_mup.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
 
 
 def test_t06_linear_layer_metrics_are_attained_by_the_top_singular_direction(t06):
-    for r in t06.linear_layer_table(shapes=((96, 24), (24, 96))):
+    _, r = t06
+    for row in r["table"]:
         for metric in ("forward", "dependency", "update"):
-            closed, worst = getattr(r["closed"], metric), getattr(r["worst"], metric)
+            closed, worst = row["closed"][metric], row["worst"][metric]
             assert abs(worst - closed) <= 1e-10 * closed
-            assert getattr(r["random"], metric) < 0.95 * closed          # random inputs do not find the sup
-        assert 0.85 < r["rms_op"] < 1.05                                  # mup_sigma: RMS->RMS norm ~ 1
+            assert row["random"][metric] < 0.95 * closed                  # random inputs do not find the sup
+        assert row["closed"]["dependency"] == pytest.approx(2 * row["closed"]["forward"], rel=1e-15)
 
 
-def test_t06_coordinate_check_is_flat_for_mup_and_muon_not_for_standard(t06, digits):
-    widths = (64, 128, 256, 512)
-    cc = t06.coordinate_checks(widths, k=5, data=digits)
-    slopes = {kind: [t06.slope(widths, [cc[kind][n][f"dact[{layer}]"] for n in widths])
-                     for layer in ("z1", "z2", "logits")] for kind in cc}
-    assert max(map(abs, slopes["mup"])) < 0.2 and max(map(abs, slopes["muon"])) < 0.2
-    assert min(slopes["standard"][1:]) > 0.4                               # negative control: SP grows with n
+def test_t06_mup_sigma_gives_rms_operator_norm_one_at_every_shape(t06):
+    _, r = t06
+    assert all(0.85 < v < 1.05 for v in r["rms_op"]["mup_sigma"])
+    assert max(r["rms_op"]["He"]) > 2.5 * min(r["rms_op"]["He"])          # negative control: He depends on shape
 
 
-def test_t06_main_writes_png(t06, tmp_path):
-    r = t06.main(["--out", str(tmp_path), "--widths", "16", "32", "--sweep-widths", "16", "--sweep-steps", "3",
-                  "--k", "1"])
-    assert (tmp_path / "t06_stability_and_mup.png").read_bytes()[:8] == PNG_MAGIC
-    assert r["sweep"]["standard"].shape == (1, 7)
+def test_t06_linear_stability_closed_form_against_an_independent_svd():
+    """forward = sqrt(d_in/d_out) sigma_max(W) from numpy's singular values (not refopt's code path)."""
+    from refopt import diagnostics as D
+    W = np.random.default_rng(5).standard_normal((40, 10))
+    sv = np.linalg.svd(W, compute_uv=False)
+    st = D.linear_stability(W, 0.5 * W)
+    assert st.forward == pytest.approx(np.sqrt(4.0) * sv[0], rel=1e-14)
+    assert st.update == pytest.approx(np.sqrt(4.0) * 0.5 * sv[0], rel=1e-14)
+
+
+def test_t06_coordinate_check_is_flat_for_mup_and_muon_not_for_standard(t06):
+    _, r = t06
+    s = r["slopes"]
+    assert max(map(abs, s["mup"].values())) < 0.2 and max(map(abs, s["muon"].values())) < 0.2
+    assert min(s["standard"]["z2"], s["standard"]["logits"]) > 0.4       # negative control: SP grows with n
+
+
+def test_t06_best_lr_stays_under_mup_and_drifts_under_standard(t06):
+    _, r = t06
+    step = 10 ** 0.25                                                     # one grid step
+    mup_best, sp_best = np.array(r["best_lr"]["mup"]), np.array(r["best_lr"]["standard"])
+    assert mup_best.max() / mup_best.min() <= step * 1.0001
+    assert sp_best[0] / sp_best[-1] >= step ** 2 * 0.9999                 # at least two grid steps down
+
+
+def test_t06_exercise_solutions():
+    """docs/tutorials/solutions/t06_stability_and_mup.md against the tutorial's checks; wrong answers fail."""
+    import math
+    from refopt import diagnostics as D
+    from refopt import mup
+    d_in, d_out = 1024, 64
+    answer1 = math.sqrt(d_out / d_in) / (math.sqrt(d_in) + math.sqrt(d_out))
+    Z = np.random.default_rng(1).standard_normal((1024, 64))
+    assert 0.9 < D.rms_operator_norm(answer1 * Z) < 1.1
+    assert not 0.9 < D.rms_operator_norm(math.sqrt(2 / d_in) * Z) < 1.1       # He's sigma fails the check
+    G2 = np.random.default_rng(2).standard_normal((256, 64))
+    W2 = mup.mup_sigma(256, 64) * np.random.default_rng(3).standard_normal((256, 64))
+    dW = -0.01 * math.sqrt(64 / 256) * refopt.msign(G2, "svd")
+    answer2 = D.linear_stability(W2, dW).update
+    assert abs(answer2 - 0.01) < 1e-12
+    wrong = D.linear_stability(W2, -0.01 * refopt.msign(G2, "svd")).update   # without the spectral scale
+    assert abs(wrong - 0.01) > 1e-3
 
 
 # ---- t07 (post 001): independent weight decay -----------------------------------------------------------------

@@ -20,7 +20,8 @@
 # **Setting.** `refopt.models.mlp` 64-64-10 on the 8x8 digits, float64, batch 32, constant lr
 # ($\gamma_t = 1$); 400 steps per sweep run; 360, 720 and 1437 training digits.
 #
-# **Run time.** About 75 s on the shared 2-core machine (load average about 10). As a script:
+# **Run time.** About 50 s as a script, 70 s as a notebook, on the shared 2-core machine (load average
+# about 10). As a script:
 # `python tutorials/t07_independent_weight_decay.py --out DIR` writes `DIR/t07_independent_weight_decay.png`
 # and `.json`.
 

@@ -25,7 +25,7 @@
 #
 # **Setting.** float64, hand-written gradients; learning rates chosen by hand per problem (printed).
 #
-# **Run time.** About 15 s on the shared 2-core machine (load average about 10). As a script:
+# **Run time.** About 35 s on the shared 2-core machine (load average about 10). As a script:
 # `python tutorials/t08_trajectories.py --out DIR` writes `DIR/t08_trajectories.png` and `.json`.
 
 # %%

@@ -26,8 +26,8 @@
 #
 # **Setting.** float64, $\eta = 10^{-3}$, $\beta = (0.9, 0.999)$, $\epsilon = 10^{-8}$; 3000 steps.
 #
-# **Run time.** About 10 s with the peers (jax's import is most of it) on the shared 2-core machine (load
-# average about 9). As a script: `python tutorials/t09_adam_details.py --out DIR` writes
+# **Run time.** About 40 s with the peers (their imports are most of it) on the shared 2-core machine
+# (load average about 9). As a script: `python tutorials/t09_adam_details.py --out DIR` writes
 # `DIR/t09_adam_details.png` and `.json`.
 
 # %%

@@ -22,7 +22,7 @@
 #
 # **Setting.** float64; a $48\times40$ matrix with prescribed singular values from 1 to $10^{-3}$.
 #
-# **Run time.** About 5 s on the shared 2-core machine (load average about 7). As a script:
+# **Run time.** About 20 s on the shared 2-core machine (load average about 7; most of it is imports). As a script:
 # `python tutorials/t10_newton_schulz.py --out DIR` writes `DIR/t10_newton_schulz.png` and `.json`.
 
 # %%
