@@ -263,8 +263,9 @@ for ax, kind, title in ((axs[0, 2], "standard", "(c) lr sweep, standard: He init
     ax.set_ylabel(f"mean of the last 10 batch losses after {args.sweep_steps} steps")
     ax.set_title(title, fontsize=10)
 widths = np.array(args.widths)
-for ax, kind, title in ((axs[1, 0], "standard", "(e) standard"), (axs[1, 1], "mup", "(f) muP"),
-                        (axs[1, 2], "muon", "(g) Muon, spectral scale")):
+for ax, kind, title in ((axs[1, 0], "standard", "(e) coordinate check, standard"),
+                        (axs[1, 1], "mup", "(f) coordinate check, muP"),
+                        (axs[1, 2], "muon", "(g) coordinate check, Muon with the spectral scale")):
     for layer, col in zip(LAYERS, ("tab:blue", "tab:orange", "tab:green")):
         v = np.array(dact[kind][layer])
         ax.plot(widths, v / v[0], "o-", color=col, label={"z1": "$z_1$", "z2": "$z_2$", "logits": "logits"}[layer])
@@ -274,7 +275,7 @@ for ax, kind, title in ((axs[1, 0], "standard", "(e) standard"), (axs[1, 1], "mu
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xlabel("width $n$")
     ax.set_ylabel(rf"$\Delta h(n)/\Delta h({widths[0]})$, $\Delta h = \|h_k - h_0\|_{{RMS}}$, $k$ = {args.k}")
-    ax.set_title(f"coordinate check {title}", fontsize=10)
+    ax.set_title(title, fontsize=10)
 ax = axs[1, 3]
 for i, layer in enumerate(LAYERS):
     ax.bar(np.arange(3) + (i - 1) * 0.27, [slopes[k][layer] for k in KINDS], 0.27,
