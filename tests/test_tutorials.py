@@ -503,157 +503,324 @@ def test_t05_exercise_2_solution(t05):
     assert abs(float(np.max(np.abs(np.log(pl["nowd"] / pl["wd"])))) - r["log_gap_max"]["matched"]) > 1e-3
 
 
-# ---- t06 (posts 003, 001): stability metrics, coordinate check ----------------------------------------------
+# ---- t06 (posts 003, 001): stability metrics, coordinate check, lr transfer -----------------------------------
 
 @pytest.fixture(scope="module")
-def t06():
-    return load_tutorial("t06_stability_and_mup")
+def t06(tmp_path_factory):
+    return tutorial_runs.run("t06_stability_and_mup", str(tmp_path_factory.mktemp("t")))
+
+
+def test_t06_writes_its_figure(t06):
+    out, _ = t06
+    with open(os.path.join(out, "t06_stability_and_mup.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
 
 
 def test_t06_linear_layer_metrics_are_attained_by_the_top_singular_direction(t06):
-    for r in t06.linear_layer_table(shapes=((96, 24), (24, 96))):
+    _, r = t06
+    for row in r["table"]:
         for metric in ("forward", "dependency", "update"):
-            closed, worst = getattr(r["closed"], metric), getattr(r["worst"], metric)
+            closed, worst = row["closed"][metric], row["worst"][metric]
             assert abs(worst - closed) <= 1e-10 * closed
-            assert getattr(r["random"], metric) < 0.95 * closed          # random inputs do not find the sup
-        assert 0.85 < r["rms_op"] < 1.05                                  # mup_sigma: RMS->RMS norm ~ 1
+            assert row["random"][metric] < 0.95 * closed                  # random inputs do not find the sup
+        assert row["closed"]["dependency"] == pytest.approx(2 * row["closed"]["forward"], rel=1e-15)
 
 
-def test_t06_coordinate_check_is_flat_for_mup_and_muon_not_for_standard(t06, digits):
-    widths = (64, 128, 256, 512)
-    cc = t06.coordinate_checks(widths, k=5, data=digits)
-    slopes = {kind: [t06.slope(widths, [cc[kind][n][f"dact[{layer}]"] for n in widths])
-                     for layer in ("z1", "z2", "logits")] for kind in cc}
-    assert max(map(abs, slopes["mup"])) < 0.2 and max(map(abs, slopes["muon"])) < 0.2
-    assert min(slopes["standard"][1:]) > 0.4                               # negative control: SP grows with n
+def test_t06_mup_sigma_gives_rms_operator_norm_one_at_every_shape(t06):
+    _, r = t06
+    assert all(0.85 < v < 1.05 for v in r["rms_op"]["mup_sigma"])
+    assert max(r["rms_op"]["He"]) > 2.5 * min(r["rms_op"]["He"])          # negative control: He depends on shape
 
 
-def test_t06_main_writes_png(t06, tmp_path):
-    r = t06.main(["--out", str(tmp_path), "--widths", "16", "32", "--sweep-widths", "16", "--sweep-steps", "3",
-                  "--k", "1"])
-    assert (tmp_path / "t06_stability_and_mup.png").read_bytes()[:8] == PNG_MAGIC
-    assert r["sweep"]["standard"].shape == (1, 7)
+def test_t06_linear_stability_closed_form_against_an_independent_svd():
+    """forward = sqrt(d_in/d_out) sigma_max(W) from numpy's singular values (not refopt's code path)."""
+    from refopt import diagnostics as D
+    W = np.random.default_rng(5).standard_normal((40, 10))
+    sv = np.linalg.svd(W, compute_uv=False)
+    st = D.linear_stability(W, 0.5 * W)
+    assert st.forward == pytest.approx(np.sqrt(4.0) * sv[0], rel=1e-14)
+    assert st.update == pytest.approx(np.sqrt(4.0) * 0.5 * sv[0], rel=1e-14)
+
+
+def test_t06_coordinate_check_is_flat_for_mup_and_muon_not_for_standard(t06):
+    _, r = t06
+    s = r["slopes"]
+    assert max(map(abs, s["mup"].values())) < 0.2 and max(map(abs, s["muon"].values())) < 0.2
+    assert min(s["standard"]["z2"], s["standard"]["logits"]) > 0.4       # negative control: SP grows with n
+
+
+def test_t06_best_lr_stays_under_mup_and_drifts_under_standard(t06):
+    _, r = t06
+    step = 10 ** 0.25                                                     # one grid step
+    mup_best, sp_best = np.array(r["best_lr"]["mup"]), np.array(r["best_lr"]["standard"])
+    assert mup_best.max() / mup_best.min() <= step * 1.0001
+    assert sp_best[0] / sp_best[-1] >= step ** 2 * 0.9999                 # at least two grid steps down
+
+
+def test_t06_exercise_solutions():
+    """docs/tutorials/solutions/t06_stability_and_mup.md against the tutorial's checks; wrong answers fail."""
+    import math
+    from refopt import diagnostics as D
+    from refopt import mup
+    d_in, d_out = 1024, 64
+    answer1 = math.sqrt(d_out / d_in) / (math.sqrt(d_in) + math.sqrt(d_out))
+    Z = np.random.default_rng(1).standard_normal((1024, 64))
+    assert 0.9 < D.rms_operator_norm(answer1 * Z) < 1.1
+    assert not 0.9 < D.rms_operator_norm(math.sqrt(2 / d_in) * Z) < 1.1       # He's sigma fails the check
+    G2 = np.random.default_rng(2).standard_normal((256, 64))
+    W2 = mup.mup_sigma(256, 64) * np.random.default_rng(3).standard_normal((256, 64))
+    dW = -0.01 * math.sqrt(64 / 256) * refopt.msign(G2, "svd")
+    answer2 = D.linear_stability(W2, dW).update
+    assert abs(answer2 - 0.01) < 1e-12
+    wrong = D.linear_stability(W2, -0.01 * refopt.msign(G2, "svd")).update   # without the spectral scale
+    assert abs(wrong - 0.01) > 1e-3
 
 
 # ---- t07 (post 001): independent weight decay -----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def t07():
-    return load_tutorial("t07_independent_weight_decay")
+def t07(tmp_path_factory):
+    return tutorial_runs.run("t07_independent_weight_decay", str(tmp_path_factory.mktemp("t")))
 
 
-def test_t07_tau_iter_moves_with_lr_for_torch_adamw_and_stays_for_independent(t07, digits):
-    lrs = (1e-3, 1e-2, 1e-1)
-    sw = t07.lr_sweep(lrs=lrs, steps=30, wd_torch=0.1, wd_indep=3e-3, data=digits)
-    # the probe decays by (1 - rate) per step exactly: tau = -1/log(1 - rate)
-    np.testing.assert_allclose(sw["tau_decoupled"], [-1 / np.log1p(-lr * 0.1) for lr in lrs], rtol=1e-9)
-    np.testing.assert_allclose(sw["tau_independent"], -1 / np.log1p(-3e-3), rtol=1e-9)
-    assert sw["tau_decoupled"][0] / sw["tau_decoupled"][-1] > 90             # moves 100x over the sweep
+def test_t07_writes_its_figure(t07):
+    out, _ = t07
+    with open(os.path.join(out, "t07_independent_weight_decay.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
 
 
-def test_t07_fixed_tau_epoch_gives_the_same_decay_per_epoch_across_data_sizes(t07, digits):
-    ds = t07.data_sizes(sizes=(160, 640), epochs=2, tau_epoch=10.0, data=digits)
-    for n in (160, 640):
-        assert ds[("tau_epoch", n)]["tau_epoch"] == pytest.approx(10.0, rel=0.02)
-    assert ds[("fixed", 160)]["tau_epoch"] == pytest.approx(4 * ds[("fixed", 640)]["tau_epoch"], rel=0.02)
-    assert t07.tau_iter(np.array([1.0, 1.0])) == np.inf
+def test_t07_tau_iter_moves_with_lr_for_torch_adamw_and_stays_for_independent(t07):
+    """The probe decays by (1 - rate) per step exactly: tau = -1/log(1 - rate), rate = lr lambda (torch-style)
+    or lambda (independent)."""
+    _, r = t07
+    lrs = np.array(r["lrs"])
+    np.testing.assert_allclose(r["tau_decoupled"], -1 / np.log1p(-lrs * r["wd_torch"]), rtol=1e-9)
+    np.testing.assert_allclose(r["tau_independent"], -1 / np.log1p(-r["wd_indep"]), rtol=1e-9)
+    assert r["tau_decoupled"][0] / r["tau_decoupled"][-1] > 900               # moves 1000x over the sweep
+    assert np.all(np.isfinite(r["test_independent"]))
 
 
-def test_t07_main_writes_png(t07, tmp_path):
-    t07.main(["--out", str(tmp_path), "--steps", "3", "--epochs", "1"])
-    assert (tmp_path / "t07_independent_weight_decay.png").read_bytes()[:8] == PNG_MAGIC
+def test_t07_fixed_tau_epoch_gives_the_same_decay_per_epoch_across_data_sizes(t07):
+    _, r = t07
+    sizes = r["sizes"]
+    for tau in r["tau_epoch_rule"]:
+        assert tau == pytest.approx(r["tau_epoch_target"], rel=0.01)
+    # negative control: a fixed lambda gives tau_epoch proportional to 1/N
+    fixed = r["tau_epoch_fixed"]
+    assert fixed[0] == pytest.approx(sizes[-1] / sizes[0] * fixed[-1], rel=0.01)
+    assert fixed[0] > 3 * r["tau_epoch_target"]
+
+
+def test_t07_exercise_solutions():
+    """docs/tutorials/solutions/t07_independent_weight_decay.md against the tutorial's checks (the probe alone)."""
+    def probe_tau(rule, steps):
+        p = np.ones(16)
+        state = refopt.init(rule, p)
+        for _ in range(steps):
+            p, state = refopt.update(rule, state, p, np.zeros(16))
+        return steps / -np.log(np.linalg.norm(p) / 4.0)
+
+    answer1 = 1 / 500
+    for lr in (1e-3, 1e-1):
+        assert abs(probe_tau(refopt.AdamW(lr=lr, weight_decay=answer1, wd_mode="independent"), 300) / 500 - 1) < 0.01
+    assert abs(probe_tau(refopt.AdamW(lr=1e-1, weight_decay=answer1), 300) / 500 - 1) > 0.5   # torch-style fails
+    answer2 = 3e-3 / 1e-2
+    t_indep = probe_tau(refopt.AdamW(lr=1e-2, weight_decay=3e-3, wd_mode="independent"), 300)
+    assert abs(probe_tau(refopt.AdamW(lr=1e-2, weight_decay=answer2), 300) / t_indep - 1) < 1e-9
+    assert probe_tau(refopt.AdamW(lr=2e-2, weight_decay=answer2), 300) == pytest.approx(t_indep / 2, rel=0.01)
+    answer3 = 1 / (10 * 2000 / 32)
+    tau_e = probe_tau(refopt.AdamW(lr=1e-2, weight_decay=answer3, wd_mode="independent"), 600) / (2000 / 32)
+    assert abs(tau_e / 10 - 1) < 0.01
 
 
 # ---- t08: trajectories ----------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def t08():
-    return load_tutorial("t08_trajectories")
+def t08(tmp_path_factory):
+    return tutorial_runs.run("t08_trajectories", str(tmp_path_factory.mktemp("t")))
 
 
-def test_t08_sgd_on_the_quadratic_is_the_closed_form(t08):
-    """x_t = (1 - eta)^t x_0, y_t = (1 - eta kappa)^t y_0 (eta = 0.07, kappa = 25)."""
-    xs, _ = t08.trajectory(refopt.SGD(lr=0.07), t08.quadratic, (-4.0, 1.0), 40)
-    t = np.arange(41)
-    np.testing.assert_allclose(xs[:, 0], -4.0 * 0.93 ** t, rtol=1e-12)
-    np.testing.assert_allclose(xs[:, 1], (1 - 0.07 * 25) ** t, rtol=1e-11)
+def test_t08_writes_its_figure(t08):
+    out, _ = t08
+    with open(os.path.join(out, "t08_trajectories.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
 
 
-def test_t08_sign_descent_moves_every_coordinate_by_exactly_lr(t08):
-    rule = t08.rules("quadratic")["sign descent"]
-    xs, _ = t08.trajectory(rule, t08.quadratic, (-4.0, 1.0), 30)
-    np.testing.assert_allclose(np.abs(np.diff(xs, axis=0)), rule.lr, rtol=1e-12)
-    xa, _ = t08.trajectory(t08.rules("quadratic")["Adam"], t08.quadratic, (-4.0, 1.0), 30)
-    assert np.max(np.abs(np.abs(np.diff(xa, axis=0)) - 0.15)) > 1e-3        # Adam (beta1 > 0) is not sign descent
+def test_t08_sgd_on_the_quadratic_is_the_closed_form_and_sign_descent_steps_lr(t08):
+    """x_t = (1 - eta)^t x_0, y_t = (1 - eta kappa)^t y_0 (eta = 0.07, kappa = 25); |sign step| = lr exactly,
+    Adam (beta1 > 0) is not sign descent (negative control)."""
+    _, r = t08
+    assert r["sgd_closed_form_err"] < 1e-11
+    assert r["sign_step_err"] < 1e-12
+    lo, hi = r["adam_step_range"]
+    assert hi - lo > 1e-3 and abs(hi - 0.15) < 1e-9                       # Adam's first step is lr, then it shrinks
+
+
+def test_t08_rosenbrock_ordering(t08):
+    """Adam reaches the minimum, momentum and Nesterov get closer than SGD, sign descent stalls."""
+    _, r = t08
+    d = r["rosenbrock_distance"]
+    assert d["Adam"] < 1e-2 < d["momentum 0.9"] < d["SGD"] < d["sign descent"]
+    assert r["rosenbrock_final"]["sign descent"] > 1.0
+    assert abs(d["momentum 0.9"] / d["Nesterov 0.9"] - 1) < 0.05
 
 
 def test_t08_muon_direction_is_orthogonal_and_wins_on_the_ill_conditioned_matrix_problem(t08):
-    m = t08.matrix_runs(steps=150)
-    np.testing.assert_allclose(m["sv_muon_direction"], 1.0, rtol=1e-12)
-    assert m["sv_gradient"].max() / m["sv_gradient"].min() > 1e3
-    assert m["Muon (msign, svd)"][-1] < 1e-2 * min(m["SGD"][-1], m["Adam"][-1])
+    _, r = t08
+    np.testing.assert_allclose(r["sv_muon_direction"], 1.0, rtol=1e-12)
+    assert max(r["sv_gradient"]) / min(r["sv_gradient"]) > 1e3
+    m = r["matrix_final"]
+    assert m["Muon (exact msign)"] < 1e-2 * min(m["SGD"], m["Adam"])
 
 
-def test_t08_main_writes_png(t08, tmp_path):
-    t08.main(["--out", str(tmp_path), "--steps", "5", "--rosen-steps", "5", "--matrix-steps", "5"])
-    assert (tmp_path / "t08_trajectories.png").read_bytes()[:8] == PNG_MAGIC
+def test_t08_exercise_solutions():
+    """docs/tutorials/solutions/t08_trajectories.md, each against the tutorial's check; a wrong answer fails."""
+    K = 25.0
+
+    def final_loss(rule, steps):
+        w = np.array([-4.0, 1.0])
+        state = refopt.init(rule, w)
+        for _ in range(steps):
+            w, state = refopt.update(rule, state, w, np.array([w[0], K * w[1]]))
+        return 0.5 * (w[0] ** 2 + K * w[1] ** 2)
+
+    answer1 = 2 / K
+    assert final_loss(refopt.SGD(lr=0.99 * answer1), 300) < 1.0 < final_loss(refopt.SGD(lr=1.01 * answer1), 300)
+    wrong = 2 / (K + 1)                                                    # SGD's best lr, not its limit
+    assert not final_loss(refopt.SGD(lr=1.01 * wrong), 300) > 1.0
+    answer2 = (4 / (np.sqrt(K) + 1) ** 2, ((np.sqrt(K) - 1) / (np.sqrt(K) + 1)) ** 2)
+    f_hb = final_loss(refopt.SGD(lr=answer2[0], momentum=answer2[1]), 60)
+    f_sgd = final_loss(refopt.SGD(lr=2 / (K + 1)), 60)
+    assert f_hb < 1e-12 and f_hb < 1e-6 * f_sgd
+    f_wrong = final_loss(refopt.SGD(lr=answer2[0], momentum=0.9), 60)     # a wrong beta fails the check
+    assert not (f_wrong < 1e-12 and f_wrong < 1e-6 * f_sgd)
 
 
 # ---- t09: Adam's bias correction and eps placements ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def t09():
-    return load_tutorial("t09_adam_details")
+def t09(tmp_path_factory):
+    return tutorial_runs.run("t09_adam_details", str(tmp_path_factory.mktemp("t")))
+
+
+def test_t09_writes_its_figure(t09):
+    out, _ = t09
+    with open(os.path.join(out, "t09_adam_details.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
 
 
 def test_t09_bias_corrected_steps_have_size_lr_from_the_first_step(t09):
-    g = np.array([1.0, 1e-3, 1e-6])
-    st = t09.steps_refopt(g, 50)
-    np.testing.assert_allclose(st, np.broadcast_to(1e-3 * g / (g + 1e-8), st.shape), rtol=1e-12)
-    assert t09.uncorrected_ratio(1) == pytest.approx(0.1 / np.sqrt(0.001), rel=1e-14)   # 3.162
-    assert t09.uncorrected_ratio(np.arange(1, 200)).max() > 6.0                         # negative control
+    """|step| = lr |g|/(|g| + eps) at every step; without the correction (1 - b1^t)/sqrt(1 - b2^t) lr."""
+    _, r = t09
+    assert r["step_max_rel_dev"] <= 1e-12
+    g = np.array(r["g_const"])
+    for key, v in r["step_over_lr_at"].items():
+        np.testing.assert_allclose(v, float(key) / (float(key) + 1e-8), rtol=1e-12)
+    assert r["t_at"][0] == 1 and r["uncorrected_at"][0] == pytest.approx(0.1 / np.sqrt(0.001), rel=1e-14)  # 3.162
+    assert r["uncorrected_max"] > 6.0                                                   # negative control
+    assert len(g) == 3
 
 
 def test_t09_eps_placements(t09):
-    grid = np.geomspace(1e-12, 1.0, 25)
-    f = t09.first_step(grid)
-    np.testing.assert_allclose(t09.steps_refopt(grid, 1)[0], f["E1"], rtol=1e-12)        # refopt is E1
-    # E2 is E1 with eps / sqrt(1 - beta2^t)
+    """The first step of E1/E2/E3, written here from the equations; refopt is E1; they agree for |g| >> eps."""
+    _, r = t09
+    grid, f = np.array(r["grid"]), {k: np.array(v) for k, v in r["first"].items()}
+    np.testing.assert_allclose(f["E1"], 1e-3 * grid / (grid + 1e-8), rtol=1e-14)
     np.testing.assert_allclose(f["E2"], 1e-3 * grid / (grid + 1e-8 / np.sqrt(1 - 0.999)), rtol=1e-12)
+    np.testing.assert_allclose(f["E3"], 1e-3 * grid / np.sqrt(grid ** 2 + 1e-8), rtol=1e-14)
+    np.testing.assert_allclose(r["refopt_first"], f["E1"], rtol=1e-12)                  # refopt is E1
     big = grid > 1e-2
     for k in ("E2", "E3"):
         np.testing.assert_allclose(f[k][big], f["E1"][big], rtol=1e-3)                  # agree for |g| >> eps
     assert f["E1"][0] / f["E3"][0] > 1e3                                                # and not for tiny |g|
+    assert np.max(np.abs(np.array(r["refopt_first"]) / f["E2"] - 1)) > 1.0             # refopt is not E2
 
 
-def test_t09_refopt_matches_torch_adam(t09):
-    pytest.importorskip("torch")
-    grid = np.geomspace(1e-12, 1.0, 13)
-    import torch
-    p = torch.zeros(len(grid), dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.Adam([p], lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
-    p.grad = torch.tensor(grid)
-    opt.step()
-    np.testing.assert_allclose(t09.steps_refopt(grid, 1)[0], np.abs(p.detach().numpy()), rtol=1e-15)
+def test_t09_refopt_matches_the_peers(t09):
+    """refopt's first step equals torch.optim.Adam's (E1); optax's eps_root is E3 (when installed)."""
+    _, r = t09
+    for name in ("torch", "optax"):
+        try:
+            __import__(name)
+        except ImportError:
+            assert name in r["missing_peers"]
+            continue
+        key = "torch.optim.Adam (E1)" if name == "torch" else "optax.adam eps_root (E3)"
+        assert r["peer_max_rel_diff"][key] < 1e-15
+    if "torch.optim.Adam (E1)" in r["peers"]:
+        np.testing.assert_allclose(r["refopt_first"], r["peers"]["torch.optim.Adam (E1)"], rtol=1e-15)
 
 
-def test_t09_main_writes_png(t09, tmp_path):
-    r = t09.main(["--out", str(tmp_path), "--steps", "20", "--no-peers"])
-    assert r["peers"] == {}
-    assert (tmp_path / "t09_adam_details.png").read_bytes()[:8] == PNG_MAGIC
+def test_t09_exercise_solutions():
+    """docs/tutorials/solutions/t09_adam_details.md, each against the tutorial's check; a wrong answer fails."""
+    B1, B2, EPS = 0.9, 0.999, 1e-8
+    ratio = lambda t: (1 - B1 ** t) / np.sqrt(1 - B2 ** t)  # noqa: E731
+    tt = np.arange(1, 100001)
+    k = int(np.argmax(ratio(tt)))
+    answer1 = (int(tt[k]), float(ratio(tt[k])))
+    assert answer1[0] == 12 and answer1[1] == pytest.approx(6.5685, abs=1e-4)
+    assert ratio(11) < answer1[1] and ratio(13) < answer1[1]
+    answer2 = np.sqrt(EPS / 3)
+    assert abs(answer2 / np.sqrt(answer2 ** 2 + EPS) - 0.5) < 1e-9
+    assert abs(EPS / np.sqrt(EPS ** 2 + EPS) - 0.5) > 0.4                               # E1's answer is wrong here
+    answer3 = int(np.ceil(np.log(1 - 1 / 1.01 ** 2) / np.log(B2)))
+    within = lambda k: 1 / np.sqrt(1 - B2 ** k) <= 1.01  # noqa: E731
+    assert answer3 == 3925 and within(answer3) and not within(answer3 - 1)
 
 
 # ---- t10: Newton-Schulz polynomials ---------------------------------------------------------------------------
 
-def test_t10_msign_singular_values_are_the_scalar_map_and_the_bands(tmp_path):
-    t10 = load_tutorial("t10_newton_schulz")
-    r = t10.main(["--out", str(tmp_path)])
-    assert (tmp_path / "t10_newton_schulz.png").read_bytes()[:8] == PNG_MAGIC
+@pytest.fixture(scope="module")
+def t10(tmp_path_factory):
+    return tutorial_runs.run("t10_newton_schulz", str(tmp_path_factory.mktemp("t")))
+
+
+def test_t10_writes_its_figure(t10):
+    out, _ = t10
+    with open(os.path.join(out, "t10_newton_schulz.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+
+
+def test_t10_msign_singular_values_are_the_scalar_map(t10):
+    _, r = t10
+    assert set(r["check"]) == {"classic", "jordan", "you", "polar_express"}
     assert max(r["check"].values()) < 1e-13
+
+
+def test_t10_the_bands(t10):
+    _, r = t10
     lo, hi = r["band_0.1"]["jordan"]
     assert 0.68 < lo < 0.69 and 1.13 < hi < 1.14                          # a band around 1, not 1
     assert r["band_0.1"]["classic"][0] > 0.99 and r["band"]["classic"][0] < 0.05   # classic: slow for small x
     assert abs(r["band"]["polar_express"][0] - 1) < 1e-3 and abs(r["band"]["polar_express"][1] - 1) < 1e-3
+
+
+def test_t10_one_classic_step_is_the_closed_form_polynomial():
+    """An independent oracle: the classic map after one step is (15x - 10x^3 + 3x^5)/8."""
+    from refopt.linalg import ns_scalar_map
+    x = np.linspace(0.01, 1.0, 50)
+    np.testing.assert_allclose(ns_scalar_map(x, "classic", 1), (15 * x - 10 * x ** 3 + 3 * x ** 5) / 8, rtol=1e-14)
+
+
+def test_t10_exercise_solutions():
+    """docs/tutorials/solutions/t10_newton_schulz.md, each against the tutorial's check; a wrong answer fails."""
+    from refopt.linalg import ns_scalar_map
+    a, b, c = 3.4445, -4.7750, 2.0315
+    answer1 = a * 1.0 + b * 1.0 ** 3 + c * 1.0 ** 5
+    assert abs(answer1 - float(ns_scalar_map(np.array([1.0]), "jordan", 1)[0])) < 1e-12
+    assert abs(1.0 - float(ns_scalar_map(np.array([1.0]), "jordan", 1)[0])) > 0.2      # 1 is not a fixed point
+    answer2 = next(k for k in range(1, 50) if ns_scalar_map(np.array([0.01]), "classic", k)[0] >= 0.99)
+    reached = lambda k: float(ns_scalar_map(np.array([0.01]), "classic", k)[0]) >= 0.99  # noqa: E731
+    assert answer2 == 9 and reached(answer2) and not reached(answer2 - 1)
+    rng = np.random.default_rng(0)
+    U, _ = np.linalg.qr(rng.standard_normal((48, 40)))
+    V, _ = np.linalg.qr(rng.standard_normal((40, 40)))
+    G = (U * np.geomspace(1.0, 1e-3, 40)) @ V.T
+    u, _, vt = np.linalg.svd(G, full_matrices=False)
+    answer3 = u @ vt
+    exact = refopt.msign(G, "svd")
+    assert np.linalg.norm(answer3 - exact) < 1e-12 * np.linalg.norm(exact)
+    assert np.linalg.norm(u[:, :20] @ vt[:20] - exact) > 0.5 * np.linalg.norm(exact)    # a wrong answer fails
 
 
 # ---- every tutorial opens as a notebook (jupytext percent format) and is listed in the index ----------------
