@@ -1,9 +1,8 @@
-"""Tutorials (tutorials/*.py, loaded from their file paths: tutorials/ is not a package) reproduce the
-claims they state, checked numerically on tiny runs.
-
-Each tutorial's claims are tested on a small run with a real numerical assertion (closed forms, exact
-identities, negative controls); see tutorials/README.md for the claims. Every tutorial is a jupytext
-percent script: the last test checks that each opens as a notebook with markdown and code cells.
+"""Tutorials (tutorials/*.py) reproduce the claims they state: each runs once per test session (the docs
+build's notebook execution when it ran, else the script; tests/tutorial_runs.py) and its claims are tested on
+the numbers it saved, with real numerical assertions (closed forms, exact identities, negative controls);
+each exercise's solution is checked against the tutorial's check. See tutorials/README.md for the claims.
+Every tutorial is a jupytext percent file that opens as a notebook with markdown and code cells.
 """
 import importlib.util
 import os
@@ -37,7 +36,8 @@ def digits():
 
 #: the tutorials whose tests below read the numbers of their single run (tests/tutorial_runs.py)
 RUN_ONCE = ("t01_reparametrization", "t02_averaging_as_schedule", "t03_joint_symmetries", "t04_adamw_elr",
-            "t05_weight_decay_sets_lr")
+            "t05_weight_decay_sets_lr", "t06_stability_and_mup", "t07_independent_weight_decay", "t08_trajectories",
+            "t09_adam_details", "t10_newton_schulz")
 
 
 @pytest.mark.parametrize("name", RUN_ONCE)
