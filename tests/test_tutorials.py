@@ -4,7 +4,6 @@ the numbers it saved, with real numerical assertions (closed forms, exact identi
 each exercise's solution is checked against the tutorial's check. See tutorials/README.md for the claims.
 Every tutorial is a jupytext percent file that opens as a notebook with markdown and code cells.
 """
-import importlib.util
 import os
 import subprocess
 import sys
@@ -19,14 +18,6 @@ from refopt.models.data import load_digits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def load_tutorial(name):
-    path = os.path.join(ROOT, "tutorials", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"tutorial_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
