@@ -71,7 +71,7 @@ nb_custom_formats = {".py": ["refopt_docs.read_percent", {}]}
 exclude_patterns = ["_build", "_ext", "conf.py", "**/.ipynb_checkpoints", "jupyter_execute"]
 
 nb_execution_mode = os.environ.get("REFOPT_DOCS_EXECUTE", "force")
-nb_execution_timeout = 300                  # seconds per cell
+nb_execution_timeout = 600                  # seconds per cell (a hung cell fails the build)
 nb_execution_raise_on_error = True          # a failing tutorial fails the build
 nb_execution_show_tb = True
 nb_execution_in_temp = False                # each tutorial runs in docs/tutorials/ (refopt via PYTHONPATH)
@@ -80,6 +80,9 @@ nb_merge_streams = True
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
+
+# MathJax's context menu can switch on speech output, whose language data it would fetch from a CDN: off
+mathjax3_config = {"options": {"enableMenu": False}}
 
 autodoc_mock_imports = ["torch", "jax", "jaxlib", "optax", "schedulefree", "numba_cuda"]
 autodoc_member_order = "bysource"
