@@ -58,7 +58,6 @@ release = version = "0.1.0"
 extensions = [
     "myst_nb",                      # MyST markdown pages and notebooks (executed at build time)
     "sphinx.ext.autodoc",
-    "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",          # the docstrings' "Args:" / "Returns:" / "Raises:" sections
     "sphinx.ext.mathjax",
     "sphinx-mathjax-offline",       # MathJax 3 copied into _static: the pages render math without a network
@@ -75,7 +74,7 @@ nb_execution_timeout = 600                  # seconds per cell (a hung cell fail
 nb_execution_raise_on_error = True          # a failing tutorial fails the build
 nb_execution_show_tb = True
 nb_execution_in_temp = False                # each tutorial runs in docs/tutorials/ (refopt via PYTHONPATH)
-nb_kernel_rgx_aliases = {".*": "python3"}   # jupytext's notebooks name no kernel: the build's own Python
+nb_kernel_rgx_aliases = {".*": "python3"}   # every notebook runs on the build's own Python
 nb_merge_streams = True
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
@@ -88,7 +87,6 @@ autodoc_mock_imports = ["torch", "jax", "jaxlib", "optax", "schedulefree", "numb
 autodoc_member_order = "bysource"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 autodoc_typehints = "none"
-autosummary_generate = False
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
