@@ -257,7 +257,7 @@ def _config(path):
 
 
 def test_compare_applies_schedule_only_to_the_rules_that_take_it(tmp_path):
-    """README's combination: --schedule wsd (and --decay-fraction) with a Schedule-Free rule in the list. The
+    """docs/compare.md's combination: --schedule wsd (and --decay-fraction) with a Schedule-Free rule in the list. The
     schedule reaches adamw and muon (their lr decays at the last step, their config records it) but not
     schedulefree-adamw (constant lr, no schedule in its rule or settings)."""
     out = tmp_path / "cmp"

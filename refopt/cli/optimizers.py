@@ -275,8 +275,8 @@ def add_arguments(p: argparse.ArgumentParser, with_name: bool = True) -> None:
     g.add_argument("--ns-coeffs", default="jordan", choices=["jordan", "polar_express", "you", "classic"],
                    help="Newton-Schulz coefficients of Muon's orthogonalization")
     g.add_argument("--ns-steps", type=int, default=None,
-                   help="Newton-Schulz iterations of Muon (default: gpt 4, mlp 5; the GPT's choice: the README, "
-                        "Speed)")
+                   help="Newton-Schulz iterations of Muon (default: gpt 4, mlp 5; the GPT's choice: "
+                        "docs/speed.md)")
     g.add_argument("--covariant-base", default="adam", choices=["adam", "muon", "sgd"],
                    help="the direction rule inside covariant")
     g.add_argument("--sf-beta", type=float, default=0.9, help="Schedule-Free interpolation beta (beta1)")
