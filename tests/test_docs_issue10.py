@@ -42,6 +42,6 @@ def test_bfloat16_unit_roundoff_is_2_to_the_minus_8():
     torch = pytest.importorskip("torch")
     u = torch.finfo(torch.bfloat16).eps / 2          # eps = 2^-7 (7 stored bits), u = eps / 2
     assert u == 2.0 ** -8
-    for rel in ("docs/crosscheck.md", "refopt/crosscheck/presets.py"):
+    for rel in ("docs/crosscheck.md", "refopt/conventions/_spec.py"):
         text = (ROOT / rel).read_text(encoding="utf-8")
         assert "2^-9" not in text and "2^-8" in text, rel
