@@ -54,12 +54,14 @@ _PLAIN, _MOMENTUM = Elementwise(_plain, "sgd"), Elementwise(_momentum, "sgd_mome
 class SGD(ElementwiseRule):
     r"""Stochastic gradient descent, torch.optim.SGD semantics (CONVENTIONS.md 1.1).
 
-    At step t (t = 1 for the first update), with gamma_t = schedule(t) (1 without a schedule)::
+    At step t (t = 1 for the first update), with gamma_t = schedule(t) (1 without a schedule):
 
-        g_t <- g_t + lambda * x_{t-1}                          (L2 decay, coupled: it enters the momentum)
-        b_1  = g_1;   b_t = mu * b_{t-1} + (1 - tau) * g_t     (no dampening on step 1, as torch)
-        u_t  = g_t + mu * b_t   if nesterov   else   b_t       (u_t = g_t when mu = 0)
-        x_t  = x_{t-1} - lr * gamma_t * u_t
+    .. math::
+
+        g_t &\leftarrow g_t + \lambda\, x_{t-1} \qquad \text{(L2 decay, coupled: it enters the momentum)} \\
+        b_1 &= g_1, \quad b_t = \mu\, b_{t-1} + (1 - \tau)\, g_t \qquad \text{(no dampening on step 1, as torch)} \\
+        u_t &= g_t + \mu\, b_t \ \text{if nesterov, else } b_t \qquad (u_t = g_t \text{ when } \mu = 0) \\
+        x_t &= x_{t-1} - \mathrm{lr}\, \gamma_t\, u_t
 
     Args:
       lr: peak learning rate eta >= 0 (units of x per unit of gradient).
@@ -71,8 +73,10 @@ class SGD(ElementwiseRule):
 
     Shapes/dtypes: any float32 / float64 array; the state has x's shape and dtype; every
     hyperparameter is cast to x's dtype, so float32 stays float32.
-    Raises: ValueError for lr < 0, momentum or dampening outside [0, 1), weight_decay < 0, or nesterov
-      without momentum or with dampening.
+
+    Raises:
+      ValueError: for lr < 0, momentum or dampening outside [0, 1), weight_decay < 0, or nesterov
+        without momentum or with dampening.
     """
 
     lr: float = 1e-3
