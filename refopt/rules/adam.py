@@ -177,38 +177,44 @@ class _AdamBase(ElementwiseRule):
 class Adam(_AdamBase):
     r"""Adam (Kingma & Ba 2015, Alg. 1) with L2 weight decay, as torch.optim.Adam (CONVENTIONS.md 1.2).
 
-    At step t (t = 1 first), gamma_t = schedule(t)::
+    At step t (t = 1 first), gamma_t = schedule(t):
 
-        g_t <- g_t + lambda * x_{t-1}                                (L2, coupled)
-        m_t  = beta1 * m_{t-1} + (1 - beta1) * g_t
-        v_t  = beta2 * v_{t-1} + (1 - beta2) * g_t**2
-        x_t  = x_{t-1} - (lr*gamma_t / (1 - beta1**t)) * m_t / (sqrt(v_t) / sqrt(1 - beta2**t) + eps)
+    .. math::
+
+        g_t &\leftarrow g_t + \lambda\, x_{t-1} \qquad \text{(L2, coupled)} \\
+        m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, g_t \\
+        v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, g_t^2 \\
+        x_t &= x_{t-1} - \frac{\mathrm{lr}\,\gamma_t}{1 - \beta_1^t} \, \frac{m_t}{\sqrt{v_t} / \sqrt{1 - \beta_2^t} + \epsilon}
 
     eps is added after the square root of the bias-corrected v (placement "E1" of CONVENTIONS.md 0,
     torch and optax; not TensorFlow's eps-hat). The bias corrections use the integer t and are computed in
     float64, then cast (PITFALLS B01). The direction (:func:`refopt.direction`) is
-    u_t = mhat_t / (sqrt(vhat_t) + eps) with mhat_t = m_t/(1-beta1**t), vhat_t = v_t/(1-beta2**t).
+    :math:`u_t = \hat m_t / (\sqrt{\hat v_t} + \epsilon)` with :math:`\hat m_t = m_t / (1 - \beta_1^t)`,
+    :math:`\hat v_t = v_t / (1 - \beta_2^t)`.
 
     ``amsgrad`` (Reddi et al. 2018): ``True`` is torch's form, the maximum of the raw second moment,
-    then its bias correction: v_max_t = max(v_max_{t-1}, v_t), denominator sqrt(v_max_t)/sqrt(1-beta2**t)
-    + eps. ``"bias_corrected"`` is ``optax.amsgrad``'s: the maximum of the bias-corrected moment,
-    v_max_t = max(v_max_{t-1}, v_t/(1-beta2**t)), denominator sqrt(v_max_t) + eps. They differ while
+    then its bias correction: :math:`v^{\max}_t = \max(v^{\max}_{t-1}, v_t)`, denominator
+    :math:`\sqrt{v^{\max}_t} / \sqrt{1 - \beta_2^t} + \epsilon`. ``"bias_corrected"`` is ``optax.amsgrad``'s:
+    the maximum of the bias-corrected moment, :math:`v^{\max}_t = \max(v^{\max}_{t-1}, v_t / (1 - \beta_2^t))`,
+    denominator :math:`\sqrt{v^{\max}_t} + \epsilon`. They differ while
     1-beta2**t grows (a large early v_t/(1-beta2**t) is remembered by optax's, not by torch's).
 
     ``nesterov=True`` (NAdam, Dozat 2016) replaces the bias-corrected first moment by a look-ahead mix of
-    m_t and the (L2-augmented) g_t, with the same moments and denominator::
+    m_t and the (L2-augmented) g_t, with the same moments and denominator:
 
-        x_t = x_{t-1} - lr*gamma_t * (c_m,t m_t + c_g,t g_t) / (sqrt(v_t) / sqrt(1 - beta2**t) + eps)
+    .. math::
+
+        x_t = x_{t-1} - \mathrm{lr}\,\gamma_t \, \frac{c_{m,t}\, m_t + c_{g,t}\, g_t}{\sqrt{v_t} / \sqrt{1 - \beta_2^t} + \epsilon}
 
     * ``momentum_decay=None`` (optax.nadam, CONVENTIONS.md 2.3; constant beta1):
-      c_m,t = beta1 / (1 - beta1**(t+1)), c_g,t = (1 - beta1) / (1 - beta1**t).
+      :math:`c_{m,t} = \beta_1 / (1 - \beta_1^{t+1})`, :math:`c_{g,t} = (1 - \beta_1) / (1 - \beta_1^t)`.
     * ``momentum_decay=psi`` (torch.optim.NAdam, default psi = 4e-3; Dozat's momentum schedule):
-      mu_t = beta1 (1 - 0.96**(t psi) / 2), P_t = mu_1 ... mu_t (kept in the global state),
-      c_m,t = mu_{t+1} / (1 - P_t mu_{t+1}), c_g,t = (1 - mu_t) / (1 - P_t). The moments still use beta1.
-      psi -> infinity gives mu_t = beta1, i.e. optax's coefficients.
+      :math:`\mu_t = \beta_1 (1 - 0.96^{t \psi} / 2)`, :math:`P_t = \mu_1 \cdots \mu_t` (kept in the global
+      state), :math:`c_{m,t} = \mu_{t+1} / (1 - P_t \mu_{t+1})`, :math:`c_{g,t} = (1 - \mu_t) / (1 - P_t)`.
+      The moments still use beta1. psi -> infinity gives mu_t = beta1, i.e. optax's coefficients.
 
-    The direction is u_t = (c_m,t m_t + c_g,t g_t) / (sqrt(vhat_t) + eps). All coefficients are
-    computed in float64 and cast (B01).
+    The direction is :math:`u_t = (c_{m,t}\, m_t + c_{g,t}\, g_t) / (\sqrt{\hat v_t} + \epsilon)`. All
+    coefficients are computed in float64 and cast (B01).
 
     Args:
       lr: peak learning rate eta >= 0 (units of x: the step is about lr per coordinate).
@@ -221,10 +227,13 @@ class Adam(_AdamBase):
       momentum_decay: None (default) or psi > 0 (torch's NAdam; needs nesterov=True).
 
     Shapes/dtypes: any float32 / float64 array; m, v (and v_max) like x; hyperparameters cast to x's dtype.
-    A gradient with |g| >= sqrt(max of the dtype)/2 (9.2e18 in float32) raises FloatingPointError before
+    A gradient with ``|g| >= sqrt(max of the dtype)/2`` (9.2e18 in float32) raises FloatingPointError before
     anything is written: its square would make v infinite and freeze the parameter.
-    Raises: ValueError for lr < 0, betas outside [0, 1), eps <= 0, weight_decay < 0, non-bool nesterov,
-      an unknown amsgrad, amsgrad with nesterov, momentum_decay <= 0 or without nesterov.
+
+    Raises:
+      ValueError: for lr < 0, betas outside [0, 1), eps <= 0, weight_decay < 0, non-bool nesterov,
+        an unknown amsgrad, amsgrad with nesterov, momentum_decay <= 0 or without nesterov.
+      FloatingPointError: for a gradient too large to square (above).
     """
 
 
@@ -233,20 +242,27 @@ class AdamW(_AdamBase):
     r"""AdamW: Adam with decay outside the moments (Loshchilov & Hutter 2019, arXiv:1711.05101).
 
     Same moments, eps placement, ``amsgrad``, ``nesterov`` and ``momentum_decay`` as :class:`Adam` (no L2
-    term in g). The decay uses the pre-update x_{t-1} (PITFALLS B05)::
+    term in g). The decay uses the pre-update x_{t-1} (PITFALLS B05):
 
-        'decoupled'   (torch AdamW):  x_t = (1 - lr*gamma_t*lambda) * x_{t-1} - lr*gamma_t * u_t'
-        'independent' (post 001; arXiv:2405.13698, "independent weight decay"):
-                                      x_t = (1 - gamma_t*lambda) * x_{t-1}    - lr*gamma_t * u_t'
+    .. math::
+
+        \text{'decoupled' (torch AdamW):} \quad x_t &= (1 - \mathrm{lr}\,\gamma_t \lambda)\, x_{t-1} - \mathrm{lr}\,\gamma_t\, u_t' \\
+        \text{'independent' (post 001; arXiv:2405.13698, "independent weight decay"):} \quad x_t &= (1 - \gamma_t \lambda)\, x_{t-1} - \mathrm{lr}\,\gamma_t\, u_t'
 
     where lr*gamma_t*u_t' is Adam's step above. In 'independent' mode lambda is a rate per step (the EMA
     time constant is 1/(gamma_t*lambda) steps), so it transfers across learning rates.
     ``AdamW(nesterov=True)`` in decoupled mode is ``optax.nadamw``; with ``momentum_decay=psi`` it is
     ``torch.optim.NAdam(decoupled_weight_decay=True)``.
 
-    Args: as :class:`Adam`; ``weight_decay`` lambda >= 0 (default 0.01, torch's AdamW default; in
-      'independent' mode lambda must be <= 1); ``wd_mode`` 'decoupled' | 'independent'.
-    Raises: ValueError as Adam, or for an unknown wd_mode.
+    Args:
+      weight_decay: lambda >= 0 (default 0.01, torch's AdamW default; in 'independent' mode lambda must
+        be <= 1).
+      wd_mode: ``'decoupled'`` or ``'independent'``.
+
+    The other arguments are as :class:`Adam`'s.
+
+    Raises:
+      ValueError: as Adam, or for an unknown wd_mode.
     """
 
     weight_decay: float = 0.01
