@@ -84,12 +84,14 @@ class Average(_Averaging):
     c_t = 1/t).
 
     The base rule runs unchanged (its params, state and numbers are bit-identical to running it alone);
-    after its step t (t = 1 first) the state's average becomes::
+    after its step t (t = 1 first) the state's average becomes
 
-        mu_t = (1 - 1/t) * mu_{t-1} + (1/t) * x_t  =  (x_1 + ... + x_t) / t
-        (evaluated as ((t-1) * mu_{t-1} + x_t) / t in x's dtype, so equal iterates give their value back
-        only to rounding: a few units of roundoff per step, accumulating)
+    .. math::
 
+        \mu_t = \Bigl(1 - \frac{1}{t}\Bigr) \mu_{t-1} + \frac{1}{t}\, x_t = \frac{x_1 + \dots + x_t}{t}
+
+    (evaluated as ``((t-1) * mu_{t-1} + x_t) / t`` in x's dtype, so equal iterates give their value back
+    only to rounding: a few units of roundoff per step, accumulating),
     the mean of the iterates after each update; the initial x_0 is not included (PITFALLS B16: 1/t, not
     1/(t+1); mu_0 = x_0 is only what :func:`refopt.eval_params` returns before any step).
     :func:`refopt.eval_params` returns the average (fresh copies); the params stay the training iterate.
@@ -101,8 +103,11 @@ class Average(_Averaging):
 
     Args:
       base: any refopt rule.
+
     Shapes/dtypes: mu has x's shape and dtype; the weights are computed in float64 and cast.
-    Raises: ValueError if base is not a refopt rule.
+
+    Raises:
+      ValueError: if base is not a refopt rule.
     """
 
     base: Rule
@@ -120,20 +125,33 @@ class EMA(_Averaging):
     -> 1 - decay), the "good in practice" average.
 
     The base rule runs unchanged (bit-identical trajectory). After its step t (t = 1 first), with
-    beta = ``decay``::
+    beta = ``decay``:
 
-        debias=True  (default; zero-init EMA divided by 1 - beta**t, as optax.ema(debias=True)):
-            e_t = beta * e_{t-1} + (1 - beta) * x_t,  e_0 = 0;   mu_t = e_t / (1 - beta**t)
-            computed as eq. (2) with c_t = (1 - beta) / (1 - beta**t):  mu_t = (1 - c_t) mu_{t-1} + c_t x_t
-            (c_1 = 1, so mu_1 = x_1 exactly; the exponent is the number of updates t including this one,
-            PITFALLS B16: x = [10, 10, 4], beta = 0.9 -> 10, 10, 7.7859778597785985)
-        debias=False (param-init EMA, timm's ModelEmaV2: the average starts as a copy of the params):
-            mu_t = beta * mu_{t-1} + (1 - beta) * x_t,  mu_0 = x_0   (c_t = 1 - beta for every t;
-            B16 with x_0 = 10: 10, 10, 9.4)
+    * ``debias=True`` (default; zero-init EMA divided by 1 - beta**t, as ``optax.ema(debias=True)``):
 
-        start="after_first_step" (with debias=False; torch.optim.swa_utils.AveragedModel with
-            ``get_ema_multi_avg_fn(decay)``: the first average is a copy of the weights after step 1):
-            mu_1 = x_1;  mu_t = beta * mu_{t-1} + (1 - beta) * x_t for t >= 2   (c_1 = 1, then 1 - beta)
+      .. math::
+
+          e_t = \beta\, e_{t-1} + (1 - \beta)\, x_t, \quad e_0 = 0; \qquad \mu_t = \frac{e_t}{1 - \beta^t}
+
+      computed as eq. (2) with :math:`c_t = (1 - \beta) / (1 - \beta^t)`:
+      :math:`\mu_t = (1 - c_t)\, \mu_{t-1} + c_t\, x_t`
+      (c_1 = 1, so mu_1 = x_1 exactly; the exponent is the number of updates t including this one,
+      PITFALLS B16: x = [10, 10, 4], beta = 0.9 -> 10, 10, 7.7859778597785985).
+    * ``debias=False`` (param-init EMA, timm's ModelEmaV2: the average starts as a copy of the params):
+
+      .. math::
+
+          \mu_t = \beta\, \mu_{t-1} + (1 - \beta)\, x_t, \quad \mu_0 = x_0
+
+      (c_t = 1 - beta for every t; B16 with x_0 = 10: 10, 10, 9.4).
+    * ``start="after_first_step"`` (with debias=False; torch.optim.swa_utils.AveragedModel with
+      ``get_ema_multi_avg_fn(decay)``: the first average is a copy of the weights after step 1):
+
+      .. math::
+
+          \mu_1 = x_1; \qquad \mu_t = \beta\, \mu_{t-1} + (1 - \beta)\, x_t \ \text{ for } t \ge 2
+
+      (c_1 = 1, then 1 - beta).
 
     Both are weighted means of the iterates: debiased, weight proportional to beta**(t-k) on x_1..x_t
     (x_0 excluded; the weights sum to 1 exactly in exact arithmetic); param-init, weight beta**t on x_0.
@@ -146,9 +164,12 @@ class EMA(_Averaging):
       debias: see above.
       start: None (default: what ``debias`` says), "x0" (the param-init EMA; needs debias=False) or
         "after_first_step" (torch's AveragedModel EMA; needs debias=False).
+
     Shapes/dtypes: mu has x's shape and dtype; the weights are computed in float64 and cast.
-    Raises: ValueError if base is not a refopt rule, decay is outside [0, 1), debias is not a bool, or start
-      is unknown or given with debias=True.
+
+    Raises:
+      ValueError: if base is not a refopt rule, decay is outside [0, 1), debias is not a bool, or start
+        is unknown or given with debias=True.
     """
 
     base: Rule

@@ -32,11 +32,13 @@ class ClipByGlobalNorm(Wrapper):
     r"""Clip all gradients by their global norm, then step the base rule on the clipped gradients.
 
     Before any array is stepped (the walk's pre-pass, :meth:`refopt.core.Rule.prepare`), over the arrays the
-    rule owns (all of them, or its group inside a :class:`~refopt.rules.partition.Partition`)::
+    rule owns (all of them, or its group inside a :class:`~refopt.rules.partition.Partition`):
 
-        N   = sqrt(sum_i ||g_i||_F**2)                    (float64, whatever the dtype)
-        c   = min(1, max_norm / (N + eps))                (c = 1 when N + eps = 0)
-        g_i <- c * g_i                                    (new arrays: the caller's gradients are not written)
+    .. math::
+
+        N &= \sqrt{\textstyle\sum_i \lVert g_i \rVert_F^2} \qquad \text{(float64, whatever the dtype)} \\
+        c &= \min\bigl(1, \mathrm{max\_norm} / (N + \epsilon)\bigr) \qquad (c = 1 \text{ when } N + \epsilon = 0) \\
+        g_i &\leftarrow c\, g_i \qquad \text{(new arrays: the caller's gradients are not written)}
 
     ``eps=0`` is ``optax.clip_by_global_norm(max_norm)`` (which keeps g when N < max_norm and takes
     (g/N)*max_norm otherwise: the same to rounding); ``eps=1e-6`` is torch's
@@ -50,8 +52,11 @@ class ClipByGlobalNorm(Wrapper):
 
     Shapes/dtypes: the base's; c is cast to each gradient's dtype (checked). The state and the global state
     are the base's.
-    Raises: ValueError if base is not a refopt rule, max_norm <= 0 or eps < 0; FloatingPointError (before
-      anything is written) when a clipped gradient is still too large for a second-moment base.
+
+    Raises:
+      ValueError: if base is not a refopt rule, max_norm <= 0 or eps < 0.
+      FloatingPointError: (before anything is written) when a clipped gradient is still too large for a
+        second-moment base.
     """
 
     max_norm: float = 1.0
