@@ -52,26 +52,28 @@ class Covariant(DirectionWrapper):
     r"""The covariant version of a base optimizer: a step of relative size lr along the base direction
     (post 000, eq. (elr-u); with SGD as the base, eq. (elr-g)).
 
-    At step t (t = 1 first), gamma_t = schedule(t), u_t the base rule's direction for this array::
+    At step t (t = 1 first), gamma_t = schedule(t), u_t the base rule's direction for this array:
 
-        W_t = W_{t-1} - lr * gamma_t * ||W_{t-1}|| * u_t / ||u_t||
+    .. math::
 
-    so ||W_t - W_{t-1}|| / ||W_{t-1}|| = lr * gamma_t exactly: lr*gamma_t IS the effective learning rate
+        W_t = W_{t-1} - \mathrm{lr}\, \gamma_t\, \lVert W_{t-1} \rVert \, \frac{u_t}{\lVert u_t \rVert}
+
+    so ``||W_t - W_{t-1}|| / ||W_{t-1}|| = lr * gamma_t`` exactly: lr*gamma_t IS the effective learning rate
     (ELR). The update phi(W, g) satisfies phi(c1 W, c2 g) = c1 phi(W, g) for all c1, c2 > 0 (post 000,
     eq. (phi)) whenever the base direction is invariant to the gradient scale: SGD with or without
     momentum (the buffer scales with g) and without L2 weight decay (lambda*x does not scale with g),
-    Adam in the limit eps -> 0 (eps breaks it by O(eps/|g|)), Muon with eps_mode='none' (otherwise up to
+    Adam in the limit eps -> 0 (eps breaks it by ``O(eps/|g|)``), Muon with eps_mode='none' (otherwise up to
     its normalisation eps). ``norm`` is the same for W and u, so it only needs to be positively
     homogeneous; 'fro' and 'rms' give the same step (the sqrt(size) cancels) up to rounding.
 
     Conventions:
-      * Zero norms (PITFALLS B11): u_t = 0 gives no step; ||W_{t-1}|| = 0 gives no step (a zero weight has
+      * Zero norms (PITFALLS B11): u_t = 0 gives no step; ``||W_{t-1}|| = 0`` gives no step (a zero weight has
         ELR 0 under eq. (elr-u), so a zero-initialised array never moves: initialise it non-zero or give
         it another rule). The base state still advances.
       * The base rule contributes only its direction (``direction_leaf``): its ``lr`` is ignored, a base
         ``schedule`` is rejected (use Covariant's), and decoupled weight decay in the base is rejected.
         L2 weight decay of SGD/Adam enters u and is kept. Rule-wide state is the base's (passed through).
-      * :func:`refopt.direction` of Covariant is ||W|| u/||u|| (zero in the cases above), so Covariant
+      * :func:`refopt.direction` of Covariant is ``||W|| u/||u||`` (zero in the cases above), so Covariant
         can itself be a base (e.g. of :class:`~refopt.rules.hyperball.Hyperball`, where it is the same as
         the bare base since Hyperball normalises u).
 
@@ -85,13 +87,17 @@ class Covariant(DirectionWrapper):
       schedule: optional t -> gamma_t >= 0 multiplying lr.
 
     Shapes/dtypes: any float32 / float64 array the base accepts; the state is the base state; the
-    scalar lr*gamma_t*||W||/||u|| is computed in float64, then cast, so float32 stays float32.
-    Raises: ValueError for a bad base (see :meth:`~refopt.rules.base.DirectionWrapper.check_base`), lr < 0,
-      an unknown or non-homogeneous norm; during a step, ValueError naming the array when a user norm
-      returns a negative or non-finite value, FloatingPointError naming the array when the weights or
-      the base direction hold nan or inf ('fro', 'rms'). A tiny (even subnormal) or huge non-zero u is
-      divided by max|u| before its norm is taken, so the step has relative size lr*gamma_t whatever the
-      magnitude of u (the scalar lr*gamma_t*||W||/||u|| is never formed where it would overflow).
+    scalar ``lr*gamma_t*||W||/||u||`` is computed in float64, then cast, so float32 stays float32.
+    A tiny (even subnormal) or huge non-zero u is divided by ``max|u|`` before its norm is taken, so the
+    step has relative size lr*gamma_t whatever the magnitude of u (the scalar ``lr*gamma_t*||W||/||u||``
+    is never formed where it would overflow).
+
+    Raises:
+      ValueError: for a bad base (see :meth:`~refopt.rules.base.DirectionWrapper.check_base`), lr < 0, an
+        unknown or non-homogeneous norm; during a step, naming the array when a user norm returns a
+        negative or non-finite value.
+      FloatingPointError: during a step, naming the array when the weights or the base direction hold nan
+        or inf ('fro', 'rms').
     """
 
     lr: float = 1e-3

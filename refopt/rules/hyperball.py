@@ -27,20 +27,22 @@ class Hyperball(DirectionWrapper):
     the sphere of radius R (post 000 "Hyperball"; post 002 MuonH; Wen, Dang, Lyu, Ma, Liang 2026,
     arXiv:2606.16899; CONVENTIONS.md 6).
 
-    At step t (t = 1 first), gamma_t = schedule(t), u_t the base rule's direction for this array::
+    At step t (t = 1 first), gamma_t = schedule(t), u_t the base rule's direction for this array:
 
-        y_t = W_{t-1} - lr * gamma_t * R * N(u_t)
-        W_t = R * N(y_t)                 with N(v) = v / ||v||_F, and N(0) = 0
+    .. math::
 
-    ||.||_F is the Frobenius norm over the whole array (any ndim), accumulated in float64 (:func:`fro_norm`).
-    With u_t orthogonal to W the angle turned is atan(lr * gamma_t); ||W_t||_F = R after every step
+        y_t &= W_{t-1} - \mathrm{lr}\, \gamma_t\, R\, N(u_t) \\
+        W_t &= R\, N(y_t) \qquad \text{with } N(v) = v / \lVert v \rVert_F, \text{ and } N(0) = 0
+
+    ``||.||_F`` is the Frobenius norm over the whole array (any ndim), accumulated in float64 (:func:`fro_norm`).
+    With u_t orthogonal to W the angle turned is atan(lr * gamma_t); ``||W_t||_F = R`` after every step
     (to rounding; no drift, since R is stored, not re-read from W). ``Hyperball(Muon(...))`` is MuonH,
     ``Hyperball(Adam(...))`` is AdamH (the base's eps placement, betas, momentum... are kept).
 
     Conventions:
-      * R = ||W_0||_F of each array, taken at :func:`refopt.init` and kept in the state (so it survives
+      * ``R = ||W_0||_F`` of each array, taken at :func:`refopt.init` and kept in the state (so it survives
         a checkpoint), or ``radius`` for every array when given (NVIDIA Emerging-Optimizers' single
-        radius, but refopt does not require ||W_0|| = radius: the first step projects onto the sphere).
+        radius, but refopt does not require ``||W_0|| = radius``: the first step projects onto the sphere).
       * Zero norms (PITFALLS B11), via N(0) = 0, always finite: u_t = 0 gives W_t = R N(W_{t-1}), i.e.
         W unchanged when it is on the sphere; y_t = 0 (only when W_{t-1} = lr*gamma_t*R*N(u_t), e.g.
         W = 0 with lr*gamma_t = 0) gives W_t = 0, and the next non-zero step lands on the sphere again;
@@ -55,18 +57,21 @@ class Hyperball(DirectionWrapper):
       base: a refopt rule with a direction (SGD, Adam, AdamW with weight_decay=0, Muon, Lion, Covariant,
         ...). It may restrict the arrays it takes (Muon: matrices).
       lr: relative step lr >= 0 (an angle in radians for small lr; MNG used 0.014-0.018 for MuonH).
-      radius: None (R = ||W_0||_F per array) or R > 0 for every array.
+      radius: None (``R = ||W_0||_F`` per array) or R > 0 for every array.
       schedule: optional t -> gamma_t >= 0 multiplying lr.
 
     Shapes/dtypes: any float32 / float64 array the base accepts; the state holds R (0-d, x's dtype) and
     the base state; scalars are computed in float64 and cast, so float32 stays float32.
-    Raises: ValueError for a bad base (see :meth:`~refopt.rules.base.DirectionWrapper.check_base`), lr < 0,
-      radius <= 0 or not finite; at :func:`refopt.init`, ValueError naming the array when radius is None and the array is
-      all zero (its sphere would be the single point 0 and it could never move: give ``radius`` or
-      partition it to another rule), or when the array holds nan or inf; during a step,
-      FloatingPointError naming the array when the weights or the base direction hold nan or inf.
-      A tiny (even subnormal) or huge non-zero u is rescaled by 1/max|u| before its norm is taken, so
-      the step is lr*gamma_t*R*N(u) whatever the magnitude of u.
+    A tiny (even subnormal) or huge non-zero u is rescaled by ``1/max|u|`` before its norm is taken, so
+    the step is lr*gamma_t*R*N(u) whatever the magnitude of u.
+
+    Raises:
+      ValueError: for a bad base (see :meth:`~refopt.rules.base.DirectionWrapper.check_base`), lr < 0,
+        radius <= 0 or not finite; at :func:`refopt.init`, naming the array when radius is None and the
+        array is all zero (its sphere would be the single point 0 and it could never move: give
+        ``radius`` or partition it to another rule), or when the array holds nan or inf.
+      FloatingPointError: during a step, naming the array when the weights or the base direction hold
+        nan or inf.
     """
 
     lr: float = 0.01
