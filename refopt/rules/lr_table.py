@@ -27,16 +27,18 @@ class LRTableContext(NamedTuple):
 @dataclass(frozen=True)
 class LRTable(DirectionWrapper):
     r"""Give each array its own learning rate at every step, read from a recorded table (post 002's
-    experiment "weight decay only sets the learning rate": replay MuonWD's eta_t/||W_t||_F with Muon
+    experiment "weight decay only sets the learning rate": replay MuonWD's ``eta_t/||W_t||_F`` with Muon
     without decay).
 
-    At step t (t = 1 first), for an array at path p with u_t the base rule's direction::
+    At step t (t = 1 first), for an array at path p with u_t the base rule's direction:
 
-        x_t = x_{t-1} - lr_t[p] * u_t              if p is in lrs
-        x_t = base step                            otherwise (the base rule's own lr)
+    .. math::
 
-    with lr_t[p] = lrs[p][t-1], or lr_t[p] = lrs[p][t-1] * ||x_{t-1}||_F when ``relative`` (the table then
-    holds post 002's eta_eff = lr/||W||_F, replayed on this run's own weight norm).
+        x_t = \begin{cases} x_{t-1} - \mathrm{lr}_t[p]\, u_t & \text{if } p \text{ is in lrs} \\
+        \text{base step} & \text{otherwise (the base rule's own lr)} \end{cases}
+
+    with ``lr_t[p] = lrs[p][t-1]``, or ``lr_t[p] = lrs[p][t-1] * ||x_{t-1}||_F`` when ``relative`` (the
+    table then holds post 002's ``eta_eff = lr/||W||_F``, replayed on this run's own weight norm).
 
     Args:
       base: a refopt rule with a direction (Muon, SGD, Adam, ...; see
@@ -44,14 +46,16 @@ class LRTable(DirectionWrapper):
       lrs: ``{path: (lr_1, lr_2, ..., lr_T)}``, paths as :mod:`refopt.tree` writes them
         (``layers[1].w``); every lr finite and >= 0. Stored in the rule (a dict of tuples of Python
         floats), so it is saved by :func:`refopt.save` and restored exactly by :func:`refopt.load`.
-      relative: False (the table holds learning rates) or True (rates per unit of ||x_{t-1}||_F).
+      relative: False (the table holds learning rates) or True (rates per unit of ``||x_{t-1}||_F``).
 
-    Shapes/dtypes: what the base accepts; lr is cast to x's dtype.
-    Raises: ValueError at construction for a bad base, an empty table, a non-string path, an empty row or
-      a negative / non-finite lr (naming the path); at :func:`refopt.init` for a table path params lacks;
-      before a step writes anything, ValueError naming the path when the table has no entry for step t or
-      its lr does not fit x's dtype. :func:`refopt.update`'s ``info["lr"]`` reports the base rule's lr (the
-      arrays without a row).
+    Shapes/dtypes: what the base accepts; lr is cast to x's dtype. :func:`refopt.update`'s ``info["lr"]``
+    reports the base rule's lr (the arrays without a row).
+
+    Raises:
+      ValueError: at construction for a bad base, an empty table, a non-string path, an empty row or a
+        negative / non-finite lr (naming the path); at :func:`refopt.init` for a table path params lacks;
+        before a step writes anything, naming the path when the table has no entry for step t or its lr
+        does not fit x's dtype.
     """
 
     lrs: Mapping[str, tuple] = None

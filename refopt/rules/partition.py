@@ -45,9 +45,11 @@ class Partition(Rule):
     r"""Apply ``rules[label(x)]`` to each parameter array x (one tree walk, as optax's ``partition``).
 
     For every leaf x_i with path p_i, ``label_i = labels(p_i, x_i)`` (or the string at p_i in a labels
-    tree), fixed once at :func:`refopt.init`, and every step::
+    tree), fixed once at :func:`refopt.init`, and every step:
 
-        x_i <- step of rules[label_i] on (x_i, g_i, state_i)
+    .. math::
+
+        x_i \leftarrow \text{step of } \mathrm{rules}[\mathrm{label}_i] \text{ on } (x_i, g_i, \mathrm{state}_i)
 
     Each sub-rule sees exactly what it would see alone: its own per-leaf state, its own global state and
     its own step context (``context`` of each sub-rule is called once per step with the shared t), and the
@@ -65,14 +67,17 @@ class Partition(Rule):
         leaf path.
 
     State: per leaf :class:`PartitionLeaf` ``(label, inner)``; global ``{label: sub-rule global}``.
+
     Shapes/dtypes: whatever each sub-rule accepts.
+
     Raises:
-      ValueError at construction: empty ``rules``, a non-string label, a value that is not a rule, a
-        labels tree with a non-string leaf or a label without a rule (naming the leaf path).
-      ValueError at :func:`refopt.init`: a params leaf with no entry in the labels tree, or a label
-        function returning a label without a rule; the message names the leaf path.
+      ValueError: at construction: empty ``rules``, a non-string label, a value that is not a rule, a
+        labels tree with a non-string leaf or a label without a rule (naming the leaf path). At
+        :func:`refopt.init`: a params leaf with no entry in the labels tree, or a label function returning
+        a label without a rule; the message names the leaf path.
+
     Limitation: a labels tree with *extra* entries for paths that params lacks is only detected if the
-      driver passes the full path list to :meth:`check_params` (see its docstring).
+    driver passes the full path list to :meth:`check_params` (see its docstring).
     """
 
     rules: Mapping[str, Rule] = None
