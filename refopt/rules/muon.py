@@ -120,16 +120,20 @@ def _check_bounded_schedule(rows) -> None:
 class Muon(Rule):
     r"""Muon (Jordan et al. 2024; post 003): msign of the momentum, scaled by the layer shape.
 
-    At step t (t = 1 first), gamma_t = schedule(t), mu = momentum, s = :func:`muon_scale`::
+    At step t (t = 1 first), gamma_t = schedule(t), mu = momentum, s = :func:`muon_scale`:
 
-        m_t = mu * m_{t-1} + (1 - mu) * g_t                          (EMA momentum, m_0 = 0)
-        M_t = (1 - mu) * g_t + mu * m_t    if nesterov   else   m_t  (nesterov_mode='standard': KJ, torch)
-        M_t = mu*m_t/(1 - mu**(t+1)) + (1-mu)*g_t/(1 - mu**t)  if nesterov else  m_t/(1 - mu**t)
-                                                                     (nesterov_mode='bias_corrected': optax)
-        O_t = msign(M_t)                       (on the 2-D view (fan_in, fan_out) of :func:`matrix_shape`)
-        x_t = (1 - r_t * lambda) * x_{t-1} - lr * gamma_t * s * O_t
+    .. math::
 
-    with r_t = lr*gamma_t ('decoupled', MuonWD / torch AdamW convention, x_{t-1} pre-update) or
+        m_t &= \mu\, m_{t-1} + (1 - \mu)\, g_t \qquad \text{(EMA momentum, } m_0 = 0\text{)} \\
+        M_t &= \begin{cases} (1 - \mu)\, g_t + \mu\, m_t & \text{if nesterov} \\ m_t & \text{otherwise} \end{cases} \qquad \text{(standard)} \\
+        M_t &= \begin{cases} \dfrac{\mu\, m_t}{1 - \mu^{t+1}} + \dfrac{(1 - \mu)\, g_t}{1 - \mu^t} & \text{if nesterov} \\ \dfrac{m_t}{1 - \mu^t} & \text{otherwise} \end{cases} \qquad \text{(bias-corrected)} \\
+        O_t &= \mathrm{msign}(M_t) \\
+        x_t &= (1 - r_t \lambda)\, x_{t-1} - \mathrm{lr}\, \gamma_t\, s\, O_t
+
+    where the first M_t is nesterov_mode='standard' (KJ, torch) and the second
+    nesterov_mode='bias_corrected' (optax), msign is taken on the 2-D view (fan_in, fan_out) of
+    :func:`matrix_shape`, and
+    r_t = lr*gamma_t ('decoupled', MuonWD / torch AdamW convention, x_{t-1} pre-update) or
     r_t = gamma_t ('independent', lambda a per-step rate). The weight decay is not multiplied by s
     (as torch, KJ, Moonlight and optax). The direction (:func:`refopt.direction`) is u_t = s * O_t (the
     scale s is included in u; Hyperball and Covariant normalise u, so it cancels there).
@@ -154,11 +158,12 @@ class Muon(Rule):
         ns_steps an int in [1, 100).
       scale: 'spectral' (default), 'jordan', 'jordan_4d' (KellerJordan's conv-filter scale from the 4-D
         shape), 'rms_match' or 'none' (see :func:`muon_scale`).
-      weight_decay: lambda >= 0 (<= 1 in 'independent' mode). wd_mode: 'decoupled' | 'independent'.
+      weight_decay: lambda >= 0 (<= 1 in 'independent' mode).
+      wd_mode: 'decoupled' or 'independent'.
       nesterov_mode: 'standard' (KJ, torch, NVIDIA) or 'bias_corrected' (optax.contrib.muon).
       eps_mode, norm_eps, norm_factor: Newton-Schulz pre-normalisation (refopt.msign): 'none' (exact,
-        scale invariant, default), 'add' (X/(f||X||_F + eps): KJ 1e-7, optax 1e-8) or 'clamp'
-        (X/max(f||X||_F, eps): torch 1e-7).
+        scale invariant, default), 'add' (``X/(f||X||_F + eps)``: KJ 1e-7, optax 1e-8) or 'clamp'
+        (``X/max(f||X||_F, eps)``: torch 1e-7).
       schedule: optional t -> gamma_t >= 0.
       msign_backend: 'cpu' (default) or 'cuda' (the numba-CUDA Newton-Schulz of :func:`refopt.msign`;
         needs ``pip install "refopt[cuda]"`` and a GPU; the rest of the step stays on the CPU).
@@ -168,8 +173,10 @@ class Muon(Rule):
     Nesterov input divided by (1 - mu), so it agrees with eps_mode='none' exactly in direction.
 
     Shapes/dtypes: float32 / float64 arrays with ndim >= 2; m like x; all arithmetic in x's dtype.
-    Raises: ValueError for bad hyperparameters (naming the field) and, at :func:`refopt.init`, for a
-      parameter with ndim < 2 (naming its path; route vectors to AdamW with refopt.Partition).
+
+    Raises:
+      ValueError: for bad hyperparameters (naming the field) and, at :func:`refopt.init`, for a
+        parameter with ndim < 2 (naming its path; route vectors to AdamW with refopt.Partition).
     """
 
     lr: float = 0.02
