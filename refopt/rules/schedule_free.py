@@ -157,12 +157,14 @@ class ScheduleFreeSGD(_SFBase):
     r"""Schedule-Free SGD, as ``schedulefree.SGDScheduleFreeReference`` (CONVENTIONS.md 5.1).
 
     At step t (t = 1 first), with y the params, g the gradient at y, gamma_t and c_t from the module
-    docstring (warmup, lr_max, weights)::
+    docstring (warmup, lr_max, weights):
 
-        g <- g + lambda * y                         (L2 decay at y, coupled; only when lambda != 0)
-        z <- z - gamma_t * g
-        x <- (1 - c_t) * x + c_t * z
-        y <- beta * x + (1 - beta) * z              (the new params)
+    .. math::
+
+        g &\leftarrow g + \lambda\, y \qquad \text{(L2 decay at } y \text{, coupled; only when } \lambda \ne 0\text{)} \\
+        z &\leftarrow z - \gamma_t\, g \\
+        x &\leftarrow (1 - c_t)\, x + c_t\, z \\
+        y &\leftarrow \beta\, x + (1 - \beta)\, z \qquad \text{(the new params)}
 
     Args:
       lr: >= 0 (reference default 1.0).
@@ -179,8 +181,10 @@ class ScheduleFreeSGD(_SFBase):
 
     State: z, x like the params (z = x = y0 at init); global :class:`SFGlobal`. float32 stays float32:
     every scalar is computed in float64 and cast to the params' dtype.
-    Raises: ValueError for lr, r, weight_lr_power or weight_decay < 0 (or non-finite), beta outside
-      (0, 1), a non-integer or negative warmup_steps, a non-callable schedule or a non-bool warmup_lag.
+
+    Raises:
+      ValueError: for lr, r, weight_lr_power or weight_decay < 0 (or non-finite), beta outside
+        (0, 1), a non-integer or negative warmup_steps, a non-callable schedule or a non-bool warmup_lag.
     """
 
     lr: float = 1.0
@@ -218,16 +222,18 @@ class ScheduleFreeAdamW(_SFBase):
     r"""Schedule-Free AdamW, as ``schedulefree.AdamWScheduleFreeReference`` at HEAD (CONVENTIONS.md 5.2).
 
     At step t (t = 1 first), y the params, g the gradient at y, gamma_t and c_t from the module
-    docstring, bc2 = 1 - beta2**t (float64)::
+    docstring, bc2 = 1 - beta2**t (float64):
 
-        z <- z - (gamma_t * lambda) * (z if decay_at_z else y)     (decoupled decay; only if lambda != 0)
-        v <- beta2 * v + (1 - beta2) * g**2
-        z <- z - gamma_t * g / (sqrt(v / bc2) + eps)                 (eps after the sqrt: "E1")
-        x <- (1 - c_t) * x + c_t * z
-        y <- beta1 * x + (1 - beta1) * z                              (the new params)
+    .. math::
+
+        z &\leftarrow z - (\gamma_t \lambda) \cdot \begin{cases} z & \text{if } \mathtt{decay\_at\_z} \\ y & \text{otherwise} \end{cases} \qquad \text{(decoupled decay; only if } \lambda \ne 0\text{)} \\
+        v &\leftarrow \beta_2\, v + (1 - \beta_2)\, g^2 \\
+        z &\leftarrow z - \gamma_t\, \frac{g}{\sqrt{v / \mathrm{bc2}} + \epsilon} \qquad \text{(eps after the sqrt: "E1")} \\
+        x &\leftarrow (1 - c_t)\, x + c_t\, z \\
+        y &\leftarrow \beta_1\, x + (1 - \beta_1)\, z \qquad \text{(the new params)}
 
     HEAD convention (since schedulefree 1.3, Nov 2024): no first moment; the bias correction divides v, and
-    the step size is *not* multiplied by sqrt(bc2) (the <= 1.2 releases and ``AdamWScheduleFreePaper``
+    the step size is *not* multiplied by ``sqrt(bc2)`` (the <= 1.2 releases and ``AdamWScheduleFreePaper``
     did, which also shrank the decay and the averaging weights early on).
 
     Args:
@@ -242,8 +248,10 @@ class ScheduleFreeAdamW(_SFBase):
       weight_decay: lambda >= 0, decoupled, scaled by gamma_t, taken at y (or at z with decay_at_z=True).
 
     State: z, x (= y0 at init), v (zeros) like the params; global :class:`SFGlobal`. float32 stays float32.
-    Raises: ValueError for negative or non-finite lr, r, weight_lr_power, weight_decay, eps <= 0, beta1
-      outside [0, 1], beta2 outside [0, 1), a bad warmup_steps, schedule or warmup_lag.
+
+    Raises:
+      ValueError: for negative or non-finite lr, r, weight_lr_power, weight_decay, eps <= 0, beta1
+        outside [0, 1], beta2 outside [0, 1), a bad warmup_steps, schedule or warmup_lag.
     """
 
     lr: float = 0.0025
