@@ -44,11 +44,13 @@ _LION = Elementwise(_lion, "lion")
 class Lion(ElementwiseRule):
     r"""Lion (arXiv:2302.06675, Alg. 2), in optax.lion's form.
 
-    At step t (t = 1 first), gamma_t = schedule(t), m_0 = 0::
+    At step t (t = 1 first), gamma_t = schedule(t), m_0 = 0:
 
-        u_t = sign((1 - beta1) * g_t + beta1 * m_{t-1})         (sign(0) = 0)
-        m_t = (1 - beta2) * g_t + beta2 * m_{t-1}
-        x_t = (1 - lr*gamma_t*lambda) * x_{t-1} - lr*gamma_t * u_t
+    .. math::
+
+        u_t &= \operatorname{sign}\bigl((1 - \beta_1)\, g_t + \beta_1 m_{t-1}\bigr) \qquad (\operatorname{sign}(0) = 0) \\
+        m_t &= (1 - \beta_2)\, g_t + \beta_2 m_{t-1} \\
+        x_t &= (1 - \mathrm{lr}\, \gamma_t \lambda)\, x_{t-1} - \mathrm{lr}\, \gamma_t\, u_t
 
     The decay is decoupled and multiplied by the lr, as optax's ``add_decayed_weights`` before
     ``scale_by_learning_rate`` (there written x - lr*(u + lambda*x); the two agree to rounding). The
@@ -61,12 +63,15 @@ class Lion(ElementwiseRule):
     Args:
       lr: peak learning rate >= 0 (the step is exactly lr per coordinate; the paper uses 3-10x smaller lr
         than AdamW).
-      beta1: interpolation in [0, 1) (0.9); beta2: momentum EMA rate in [0, 1) (0.99).
+      beta1: interpolation in [0, 1) (0.9).
+      beta2: momentum EMA rate in [0, 1) (0.99).
       weight_decay: lambda >= 0, decoupled (paper: 3-10x larger than AdamW's).
       schedule: optional t -> gamma_t >= 0.
 
     Shapes/dtypes: any float32 / float64 array; m like x; hyperparameters cast to x's dtype.
-    Raises: ValueError for lr < 0, betas outside [0, 1), weight_decay < 0, a non-callable schedule.
+
+    Raises:
+      ValueError: for lr < 0, betas outside [0, 1), weight_decay < 0, a non-callable schedule.
     """
 
     lr: float = 1e-4

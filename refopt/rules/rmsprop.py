@@ -59,21 +59,32 @@ _RMSPROP = Elementwise(_rmsprop, "rmsprop")
 
 @dataclass(frozen=True)
 class RMSprop(ElementwiseRule):
-    r"""RMSprop as torch.optim.RMSprop (CONVENTIONS.md 1). At step t (t = 1 first), gamma_t = schedule(t)::
+    r"""RMSprop as torch.optim.RMSprop (CONVENTIONS.md 1). At step t (t = 1 first), gamma_t = schedule(t):
 
-        g_t <- g_t + lambda * x_{t-1}                                  (L2, coupled)
-        v_t  = alpha * v_{t-1} + (1 - alpha) * g_t**2
-        a_t  = a_{t-1} + (1 - alpha) * (g_t - a_{t-1})                  (centered only)
-        d_t  = sqrt(v_t - a_t**2) + eps   if centered   else   sqrt(v_t) + eps
-        b_t  = mu * b_{t-1} + g_t / d_t;  u_t = b_t                      (u_t = g_t / d_t when mu = 0)
-        x_t  = x_{t-1} - lr * gamma_t * u_t
+    .. math::
+
+        g_t &\leftarrow g_t + \lambda\, x_{t-1} \qquad \text{(L2, coupled)} \\
+        v_t &= \alpha\, v_{t-1} + (1 - \alpha)\, g_t^2 \\
+        a_t &= a_{t-1} + (1 - \alpha)\, (g_t - a_{t-1}) \qquad \text{(centered only)} \\
+        d_t &= \begin{cases} \sqrt{v_t - a_t^2} + \epsilon & \text{if centered} \\ \sqrt{v_t} + \epsilon & \text{otherwise} \end{cases} \\
+        b_t &= \mu\, b_{t-1} + g_t / d_t; \quad u_t = b_t \qquad (u_t = g_t / d_t \text{ when } \mu = 0) \\
+        x_t &= x_{t-1} - \mathrm{lr}\, \gamma_t\, u_t
 
     from v_0 = a_0 = b_0 = 0; eps is added after the square root, and there is no bias correction.
 
-    Args: lr >= 0 (torch's default 1e-2); alpha in [0, 1) (0.99); eps > 0 (1e-8); weight_decay >= 0
-      (L2); momentum mu in [0, 1); centered: subtract the squared gradient average; schedule: t -> gamma_t.
+    Args:
+      lr: >= 0 (torch's default 1e-2).
+      alpha: in [0, 1) (0.99).
+      eps: > 0 (1e-8).
+      weight_decay: >= 0 (L2).
+      momentum: mu in [0, 1).
+      centered: subtract the squared gradient average.
+      schedule: t -> gamma_t.
+
     Shapes/dtypes: any float32 / float64 array; v, a, b like x (a, b stay 0 when unused).
-    Raises: ValueError for a hyperparameter out of its range or a non-callable schedule.
+
+    Raises:
+      ValueError: for a hyperparameter out of its range or a non-callable schedule.
     """
 
     lr: float = 1e-2
