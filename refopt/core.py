@@ -126,7 +126,7 @@ class Rule:
         return gs
 
     def squares_grads(self, s: Any) -> bool:
-        """True when the leaf's step squares the gradient (a second moment), so |g| must stay below
+        """True when the leaf's step squares the gradient (a second moment), so ``|g|`` must stay below
         :func:`refopt.kernels.square_bound` (checked before anything is written)."""
         return False
 

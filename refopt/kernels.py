@@ -375,9 +375,10 @@ def all_finite(a: np.ndarray) -> bool:
 
 
 def square_bound(dtype) -> float:
-    """The largest |g| a second-moment rule accepts in ``dtype``: sqrt(max)/2, so that g**2 <= max/4 and the
-    moment EMA v = beta2*v + (1 - beta2)*g**2, its bias correction v/(1 - beta2**t) <= max_k g_k**2 and
-    sqrt(v) stay finite (3.7e19 in float64's sqrt range is 6.7e153; float32: 9.2e18)."""
+    r"""The largest ``|g|`` a second-moment rule accepts in ``dtype``: ``sqrt(max)/2``, so that
+    :math:`g^2 \le \max/4` and the moment EMA :math:`v = \beta_2 v + (1 - \beta_2)\, g^2`, its bias
+    correction :math:`v / (1 - \beta_2^t) \le \max_k g_k^2` and :math:`\sqrt{v}` stay finite (3.7e19 in
+    float64's sqrt range is 6.7e153; float32: 9.2e18)."""
     return float(np.sqrt(np.finfo(dtype).max)) / 2.0
 
 
