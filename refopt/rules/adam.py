@@ -184,7 +184,8 @@ class Adam(_AdamBase):
         g_t &\leftarrow g_t + \lambda\, x_{t-1} \qquad \text{(L2, coupled)} \\
         m_t &= \beta_1 m_{t-1} + (1 - \beta_1)\, g_t \\
         v_t &= \beta_2 v_{t-1} + (1 - \beta_2)\, g_t^2 \\
-        x_t &= x_{t-1} - \frac{\mathrm{lr}\,\gamma_t}{1 - \beta_1^t} \, \frac{m_t}{\sqrt{v_t} / \sqrt{1 - \beta_2^t} + \epsilon}
+        x_t &= x_{t-1} - \frac{\mathrm{lr}\,\gamma_t}{1 - \beta_1^t} \,
+        \frac{m_t}{\sqrt{v_t} / \sqrt{1 - \beta_2^t} + \epsilon}
 
     eps is added after the square root of the bias-corrected v (placement "E1" of CONVENTIONS.md 0,
     torch and optax; not TensorFlow's eps-hat). The bias corrections use the integer t and are computed in
@@ -204,7 +205,8 @@ class Adam(_AdamBase):
 
     .. math::
 
-        x_t = x_{t-1} - \mathrm{lr}\,\gamma_t \, \frac{c_{m,t}\, m_t + c_{g,t}\, g_t}{\sqrt{v_t} / \sqrt{1 - \beta_2^t} + \epsilon}
+        x_t = x_{t-1} - \mathrm{lr}\,\gamma_t \,
+        \frac{c_{m,t}\, m_t + c_{g,t}\, g_t}{\sqrt{v_t} / \sqrt{1 - \beta_2^t} + \epsilon}
 
     * ``momentum_decay=None`` (optax.nadam, CONVENTIONS.md 2.3; constant beta1):
       :math:`c_{m,t} = \beta_1 / (1 - \beta_1^{t+1})`, :math:`c_{g,t} = (1 - \beta_1) / (1 - \beta_1^t)`.
@@ -246,8 +248,10 @@ class AdamW(_AdamBase):
 
     .. math::
 
-        \text{'decoupled' (torch AdamW):} \quad x_t &= (1 - \mathrm{lr}\,\gamma_t \lambda)\, x_{t-1} - \mathrm{lr}\,\gamma_t\, u_t' \\
-        \text{'independent' (post 001; arXiv:2405.13698, "independent weight decay"):} \quad x_t &= (1 - \gamma_t \lambda)\, x_{t-1} - \mathrm{lr}\,\gamma_t\, u_t'
+        x_t &= (1 - \mathrm{lr}\,\gamma_t \lambda)\, x_{t-1} - \mathrm{lr}\,\gamma_t\, u_t'
+        \qquad \text{('decoupled': torch AdamW)} \\
+        x_t &= (1 - \gamma_t \lambda)\, x_{t-1} - \mathrm{lr}\,\gamma_t\, u_t'
+        \qquad \text{('independent': post 001; arXiv:2405.13698, "independent weight decay")}
 
     where lr*gamma_t*u_t' is Adam's step above. In 'independent' mode lambda is a rate per step (the EMA
     time constant is 1/(gamma_t*lambda) steps), so it transfers across learning rates.

@@ -48,7 +48,8 @@ class Lion(ElementwiseRule):
 
     .. math::
 
-        u_t &= \operatorname{sign}\bigl((1 - \beta_1)\, g_t + \beta_1 m_{t-1}\bigr) \qquad (\operatorname{sign}(0) = 0) \\
+        u_t &= \operatorname{sign}\bigl((1 - \beta_1)\, g_t + \beta_1 m_{t-1}\bigr)
+        \qquad (\operatorname{sign}(0) = 0) \\
         m_t &= (1 - \beta_2)\, g_t + \beta_2 m_{t-1} \\
         x_t &= (1 - \mathrm{lr}\, \gamma_t \lambda)\, x_{t-1} - \mathrm{lr}\, \gamma_t\, u_t
 

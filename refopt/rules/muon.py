@@ -125,8 +125,10 @@ class Muon(Rule):
     .. math::
 
         m_t &= \mu\, m_{t-1} + (1 - \mu)\, g_t \qquad \text{(EMA momentum, } m_0 = 0\text{)} \\
-        M_t &= \begin{cases} (1 - \mu)\, g_t + \mu\, m_t & \text{if nesterov} \\ m_t & \text{otherwise} \end{cases} \qquad \text{(standard)} \\
-        M_t &= \begin{cases} \dfrac{\mu\, m_t}{1 - \mu^{t+1}} + \dfrac{(1 - \mu)\, g_t}{1 - \mu^t} & \text{if nesterov} \\ \dfrac{m_t}{1 - \mu^t} & \text{otherwise} \end{cases} \qquad \text{(bias-corrected)} \\
+        M_t &= \begin{cases} (1 - \mu)\, g_t + \mu\, m_t & \text{if nesterov} \\ m_t & \text{otherwise} \end{cases}
+        \qquad \text{(standard)} \\
+        M_t &= \begin{cases} \dfrac{\mu\, m_t}{1 - \mu^{t+1}} + \dfrac{(1 - \mu)\, g_t}{1 - \mu^t} &
+        \text{if nesterov} \\ \dfrac{m_t}{1 - \mu^t} & \text{otherwise} \end{cases} \qquad \text{(bias-corrected)} \\
         O_t &= \mathrm{msign}(M_t) \\
         x_t &= (1 - r_t \lambda)\, x_{t-1} - \mathrm{lr}\, \gamma_t\, s\, O_t
 

@@ -66,7 +66,8 @@ class RMSprop(ElementwiseRule):
         g_t &\leftarrow g_t + \lambda\, x_{t-1} \qquad \text{(L2, coupled)} \\
         v_t &= \alpha\, v_{t-1} + (1 - \alpha)\, g_t^2 \\
         a_t &= a_{t-1} + (1 - \alpha)\, (g_t - a_{t-1}) \qquad \text{(centered only)} \\
-        d_t &= \begin{cases} \sqrt{v_t - a_t^2} + \epsilon & \text{if centered} \\ \sqrt{v_t} + \epsilon & \text{otherwise} \end{cases} \\
+        d_t &= \begin{cases} \sqrt{v_t - a_t^2} + \epsilon & \text{if centered} \\ \sqrt{v_t} + \epsilon &
+        \text{otherwise} \end{cases} \\
         b_t &= \mu\, b_{t-1} + g_t / d_t; \quad u_t = b_t \qquad (u_t = g_t / d_t \text{ when } \mu = 0) \\
         x_t &= x_{t-1} - \mathrm{lr}\, \gamma_t\, u_t
 

@@ -161,7 +161,8 @@ class ScheduleFreeSGD(_SFBase):
 
     .. math::
 
-        g &\leftarrow g + \lambda\, y \qquad \text{(L2 decay at } y \text{, coupled; only when } \lambda \ne 0\text{)} \\
+        g &\leftarrow g + \lambda\, y
+        \qquad \text{(L2 decay at } y \text{, coupled; only when } \lambda \ne 0\text{)} \\
         z &\leftarrow z - \gamma_t\, g \\
         x &\leftarrow (1 - c_t)\, x + c_t\, z \\
         y &\leftarrow \beta\, x + (1 - \beta)\, z \qquad \text{(the new params)}
@@ -226,9 +227,11 @@ class ScheduleFreeAdamW(_SFBase):
 
     .. math::
 
-        z &\leftarrow z - (\gamma_t \lambda) \cdot \begin{cases} z & \text{if } \mathtt{decay\_at\_z} \\ y & \text{otherwise} \end{cases} \qquad \text{(decoupled decay; only if } \lambda \ne 0\text{)} \\
+        z &\leftarrow z - (\gamma_t \lambda) \cdot \begin{cases} z & \text{if } \mathtt{decay\_at\_z} \\ y &
+        \text{otherwise} \end{cases} \qquad \text{(decoupled decay; only if } \lambda \ne 0\text{)} \\
         v &\leftarrow \beta_2\, v + (1 - \beta_2)\, g^2 \\
-        z &\leftarrow z - \gamma_t\, \frac{g}{\sqrt{v / \mathrm{bc2}} + \epsilon} \qquad \text{(eps after the sqrt: "E1")} \\
+        z &\leftarrow z - \gamma_t\, \frac{g}{\sqrt{v / \mathrm{bc2}} + \epsilon} \qquad
+        \text{(eps after the sqrt: "E1")} \\
         x &\leftarrow (1 - c_t)\, x + c_t\, z \\
         y &\leftarrow \beta_1\, x + (1 - \beta_1)\, z \qquad \text{(the new params)}
 
