@@ -1,11 +1,13 @@
 r"""Schedule-Free SGD and AdamW (Defazio et al. 2024, "The Road Less Scheduled", arXiv:2405.15682).
 
 Post 004, eq. (18), in the paper's letters: the gradient is taken at the interpolation y, the base
-iterate z takes the plain step, and x (the weights to evaluate) is an online weighted average of z::
+iterate z takes the plain step, and x (the weights to evaluate) is an online weighted average of z:
 
-    y_t     = (1 - beta) z_t + beta x_t
-    z_{t+1} = z_t - gamma_t * (step direction at y_t)
-    x_{t+1} = (1 - c_{t+1}) x_t + c_{t+1} z_{t+1}
+.. math::
+
+    y_t &= (1 - \beta)\, z_t + \beta\, x_t \\
+    z_{t+1} &= z_t - \gamma_t \cdot (\text{step direction at } y_t) \\
+    x_{t+1} &= (1 - c_{t+1})\, x_t + c_{t+1}\, z_{t+1}
 
 refopt follows the facebookresearch reference classes ``SGDScheduleFreeReference`` and
 ``AdamWScheduleFreeReference`` (schedulefree 1.4.1 = facebookresearch/schedule_free HEAD; CONVENTIONS.md
