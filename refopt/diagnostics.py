@@ -52,16 +52,18 @@ def _unit(a) -> np.ndarray:
 
 
 def rms(a) -> float:
-    """||a||_RMS = ||a||_F / sqrt(size) (0.0 for an empty array). Post 000's update and weight RMS."""
+    r""":math:`\lVert a \rVert_{\text{RMS}} = \lVert a \rVert_F / \sqrt{\text{size}}` (0.0 for an empty array).
+    Post 000's update and weight RMS."""
     a = _f64(a)
     return _norm(a) / math.sqrt(a.size) if a.size else 0.0
 
 
 def elr(w, u, lr: float) -> float:
-    """Effective learning rate (relative update size), post 000:  ELR = lr * ||u||_F / ||w||_F.
+    r"""Effective learning rate (relative update size), post 000:
+    :math:`\mathrm{ELR} = \mathrm{lr}\, \lVert u \rVert_F / \lVert w \rVert_F`.
 
     w: the weights before the step; u: the update direction (w_next = w - lr*u); lr >= 0 a float.
-    Returns 0.0 when lr*||u|| = 0 or ||w|| = 0 (see the module docstring). Raises ValueError for lr < 0
+    Returns 0.0 when ``lr*||u|| = 0`` or ``||w|| = 0`` (see the module docstring). Raises ValueError for lr < 0
     or shapes that differ."""
     if not lr >= 0:
         raise ValueError(f"lr must be >= 0, got {lr!r}")
@@ -72,8 +74,8 @@ def elr(w, u, lr: float) -> float:
 
 
 def eta_eff(w, lr: float) -> float:
-    """Post 002's effective learning rate of Muon: eta_eff = lr / ||w||_F (no ||u|| factor: Muon's update
-    norm is fixed by the shape). 0.0 for ||w|| = 0."""
+    r"""Post 002's effective learning rate of Muon: :math:`\eta_{\text{eff}} = \mathrm{lr} / \lVert w \rVert_F`
+    (no ``||u||`` factor: Muon's update norm is fixed by the shape). 0.0 for ``||w|| = 0``."""
     if not lr >= 0:
         raise ValueError(f"lr must be >= 0, got {lr!r}")
     nw = _norm(w)
@@ -81,7 +83,12 @@ def eta_eff(w, lr: float) -> float:
 
 
 def aus(w_prev, w_next) -> float:
-    """Angular update size, post 000:  AUS = || w_next/||w_next|| - w_prev/||w_prev|| ||_F,
+    r"""Angular update size, post 000:
+
+    .. math::
+
+        \mathrm{AUS} = \left\lVert \frac{w_{\text{next}}}{\lVert w_{\text{next}} \rVert}
+        - \frac{w_{\text{prev}}}{\lVert w_{\text{prev}} \rVert} \right\rVert_F,
 
     the chord between the directions before and after the step (2 sin(theta/2) for the angle theta
     turned). Range [0, 2]; N(0) = 0, so 0 when both are zero and 1 when exactly one is."""
@@ -91,13 +98,18 @@ def aus(w_prev, w_next) -> float:
 
 
 def aus_first_order(w, u, lr: float, tangent: bool = True) -> float:
-    """First-order AUS of the step w -> w - lr*u, post 000:
+    r"""First-order AUS of the step w -> w - lr*u, post 000:
 
-        tangent=True:   lr * || u - w~ <w~, u> ||_F / ||w||_F     (w~ = w/||w||; the part of u along w
-                                                                   does not turn w)
-        tangent=False:  lr * ||u||_F / ||w||_F  = :func:`elr`     (post 000's "if u is orthogonal to w")
+    .. math::
 
-    Both agree with :func:`aus` to O(lr^2) when u is orthogonal to w. 0.0 when ||w|| = 0 or lr*||u|| = 0."""
+        \text{tangent=True:} \quad &\mathrm{lr}\,
+        \lVert u - \tilde w \langle \tilde w, u \rangle \rVert_F / \lVert w \rVert_F
+        \qquad (\tilde w = w / \lVert w \rVert\text{; the part of } u \text{ along } w \text{ does not turn } w) \\
+        \text{tangent=False:} \quad &\mathrm{lr}\, \lVert u \rVert_F / \lVert w \rVert_F = \mathrm{elr}
+        \qquad \text{(post 000's "if } u \text{ is orthogonal to } w\text{")}
+
+    (the tangent=False value is :func:`elr`). Both agree with :func:`aus` to O(lr^2) when u is orthogonal to
+    w. 0.0 when ``||w|| = 0`` or ``lr*||u|| = 0``."""
     if not tangent:
         return elr(w, u, lr)
     if not lr >= 0:
@@ -119,9 +131,10 @@ def _matrix(W) -> np.ndarray:
 
 
 def rms_operator_norm(W) -> float:
-    """||W||_{RMS->RMS} = sqrt(fan_in/fan_out) * ||W||_2 (posts 001 and 003), for the layout x @ W with W
-    (fan_in, fan_out): the largest ||x W||_RMS over inputs with ||x||_RMS = 1. ||W||_2 is the largest
-    singular value (LAPACK SVD, float64). 0.0 for an empty matrix. Raises ValueError for ndim < 2."""
+    r""":math:`\lVert W \rVert_{\text{RMS} \to \text{RMS}} = \sqrt{\mathrm{fan\_in} / \mathrm{fan\_out}}\,
+    \lVert W \rVert_2` (posts 001 and 003), for the layout x @ W with W (fan_in, fan_out): the largest
+    ``||x W||_RMS`` over inputs with ``||x||_RMS = 1``. ``||W||_2`` is the largest singular value (LAPACK
+    SVD, float64). 0.0 for an empty matrix. Raises ValueError for ndim < 2."""
     M = _matrix(W)
     if M.size == 0:
         return 0.0
@@ -138,11 +151,14 @@ class Stability(NamedTuple):
 
 
 def linear_stability(W, dW=None) -> Stability:
-    """The three metrics of post 003 in closed form for a linear layer f(x; W) = x W with an input norm
-    (||x||_RMS = 1), W of shape (d_in, d_out):
+    r"""The three metrics of post 003 in closed form for a linear layer f(x; W) = x W with an input norm
+    (``||x||_RMS = 1``), W of shape (d_in, d_out):
 
-        forward = sqrt(d_in/d_out) ||W||_2,  dependency = 2 sqrt(d_in/d_out) ||W||_2,
-        update  = sqrt(d_in/d_out) ||dW||_2                     (0.0 when dW is None)
+    .. math::
+
+        \text{forward} &= \sqrt{d_{\text{in}} / d_{\text{out}}}\, \lVert W \rVert_2, \quad
+        \text{dependency} = 2 \sqrt{d_{\text{in}} / d_{\text{out}}}\, \lVert W \rVert_2, \\
+        \text{update} &= \sqrt{d_{\text{in}} / d_{\text{out}}}\, \lVert dW \rVert_2 \qquad \text{(0.0 when dW is None)}
 
     These are suprema over the RMS-1 sphere; x = sqrt(d_in) times the top left singular vector attains
     them (and -x for the dependency). Raises ValueError for ndim < 2 or dW of another shape."""
@@ -158,12 +174,17 @@ def _rows(y) -> np.ndarray:
 
 
 def empirical_stability(f: Callable[[Any, np.ndarray], np.ndarray], params, x, dparams=None) -> Stability:
-    """Post 003's three metrics measured for any function f(params, x) (a layer, a block, a model) over a
+    r"""Post 003's three metrics measured for any function f(params, x) (a layer, a block, a model) over a
     batch of inputs x (N, ...): f must return one output row per input, shape (N, ...).
 
-        forward    = max_i ||f(x_i)||_RMS
-        dependency = max_{i,j} ||f(x_i) - f(x_j)||_RMS         (all N^2 pairs)
-        update     = max_i ||f(x_i; params + dparams) - f(x_i; params)||_RMS   (0.0 when dparams is None)
+    .. math::
+
+        \text{forward} &= \max_i \lVert f(x_i) \rVert_{\text{RMS}} \\
+        \text{dependency} &= \max_{i,j} \lVert f(x_i) - f(x_j) \rVert_{\text{RMS}}
+        \qquad \text{(all } N^2 \text{ pairs)} \\
+        \text{update} &= \max_i
+        \lVert f(x_i; \text{params} + \text{dparams}) - f(x_i; \text{params}) \rVert_{\text{RMS}}
+        \qquad \text{(0.0 when dparams is None)}
 
     The maxima are over the batch, hence lower bounds of the suprema of :func:`linear_stability`.
     params and dparams are pytrees of the same structure (or arrays). Raises ValueError for an output
@@ -235,16 +256,22 @@ def group_labels(state, params) -> dict[str, str]:
 
 
 def group_metrics(w_prev, w_next, lrs: dict[str, float], labels: dict[str, str]) -> dict[str, float]:
-    """Per-group diagnostics of one step w_prev -> w_next (pytrees of the same structure), over each
+    r"""Per-group diagnostics of one step w_prev -> w_next (pytrees of the same structure), over each
     group's arrays taken together (concatenated, float64):
 
-        elr[G]   = lr_t ||U||_F / ||W||_F = ||w_next - w_prev||_F / ||w_prev||_F   (U = step / lr_t)
-        aus[G]   = || N(w_next) - N(w_prev) ||_F                                    (N(0) = 0)
-        w_rms[G] = ||w_prev||_RMS,      u_rms[G] = ||U||_RMS = ||w_next - w_prev||_RMS / lr_t
+    .. math::
+
+        \mathrm{elr}[G] &= \mathrm{lr}_t \lVert U \rVert_F / \lVert W \rVert_F
+        = \lVert w_{\text{next}} - w_{\text{prev}} \rVert_F / \lVert w_{\text{prev}} \rVert_F
+        \qquad (U = \text{step} / \mathrm{lr}_t) \\
+        \mathrm{aus}[G] &= \lVert N(w_{\text{next}}) - N(w_{\text{prev}}) \rVert_F \qquad (N(0) = 0) \\
+        \mathrm{w\_rms}[G] &= \lVert w_{\text{prev}} \rVert_{\text{RMS}}, \quad
+        \mathrm{u\_rms}[G] = \lVert U \rVert_{\text{RMS}}
+        = \lVert w_{\text{next}} - w_{\text{prev}} \rVert_{\text{RMS}} / \mathrm{lr}_t
 
     lrs: ``{group: lr_t}`` (the step's learning rate of each group); labels: ``{path: group}`` (see
     :func:`group_labels`). The step includes everything the rule does (decay, projection), so a
-    Covariant group has elr = its lr exactly (to rounding). Zero norms: elr 0.0 for ||W|| = 0; u_rms 0.0
+    Covariant group has elr = its lr exactly (to rounding). Zero norms: elr 0.0 for ``||W|| = 0``; u_rms 0.0
     for lr_t = 0. Returns ``{"elr[G]": ..., "aus[G]": ..., "w_rms[G]": ..., "u_rms[G]": ...}`` for every
     group of ``labels`` (sorted). Raises ValueError for a group without an lr."""
     a, paths, _ = T.flatten(w_prev)
