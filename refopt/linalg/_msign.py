@@ -6,9 +6,11 @@ spectral norm (Bernstein & Newhouse 2024, arXiv:2409.20325) and the core of Muon
 K. Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/).
 
 Newton-Schulz (NS) approximates it with odd quintics applied to the singular values of the normalised
-input X_0 = G / ||G||_F (singular values in (0, 1])::
+input X_0 = G / ||G||_F (singular values in (0, 1]):
 
-    A = X X^T;   X <- (a_k I + b_k A + c_k A A) X                  (k = 1 .. steps)
+.. math::
+
+    A = X X^\top; \qquad X \leftarrow (a_k I + b_k A + c_k A A)\, X \qquad (k = 1, \dots, \mathrm{steps})
 
 which maps every singular value x to p_k(x) = a_k x + b_k x^3 + c_k x^5 and keeps the singular vectors.
 (Peers write the step as a X + (b A + c A A) X; refopt folds a_k into the m x m factor, which saves an
@@ -248,31 +250,37 @@ def _msign_svd(G: np.ndarray, rtol: float | None) -> np.ndarray:
 def msign(G, method: str = "newton_schulz", coeffs="jordan", steps: int = 5, *,
           eps_mode: str = "none", norm_eps: float = 0.0, norm_factor: float = 1.0,
           rtol: float | None = None, stack: bool = False, backend: str = "cpu"):
-    r"""The matrix sign U V^T of a 2-D array (exactly, or its Newton-Schulz approximation).
+    r"""The matrix sign :math:`U V^\top` of a 2-D array :math:`G = U \Sigma V^\top` (exactly, or its
+    Newton-Schulz approximation).
 
     Args:
       G: float32 or float64 array of shape (m, n), any m, n >= 0 (C- or F-ordered; never written); with
         ``stack=True`` shape (..., m, n), each trailing matrix on its own. With ``backend='cuda'`` also a
         numba device array or any object with ``__cuda_array_interface__`` (then a device array is returned).
       method: ``'newton_schulz'`` (matmuls only; approximate, see the module doc) or ``'svd'`` (exact
-        U_r V_r^T; singular values s_i <= rtol * s_max count as zero, with the default
-        rtol = max(m, n) * eps(dtype) as numpy.linalg.matrix_rank, so msign(0) = 0 and a rank-r input
-        gives a partial isometry with exactly r unit singular values).
+        :math:`U_r V_r^\top`; singular values :math:`s_i \le \mathrm{rtol} \cdot s_{\max}` count as zero,
+        with the default ``rtol = max(m, n) * eps(dtype)`` as numpy.linalg.matrix_rank, so msign(0) = 0
+        and a rank-r input gives a partial isometry with exactly r unit singular values).
       coeffs, steps: the Newton-Schulz schedule (:func:`ns_coefficients`); ignored by 'svd'.
       eps_mode, norm_eps, norm_factor: the pre-normalisation before Newton-Schulz (module doc):
         'none' (exact, scale invariant; norm_eps must be 0), 'add' or 'clamp' (norm_eps > 0), and the
-        factor f >= 1 multiplying ||G||_F. Ignored by 'svd', which is exactly scale invariant.
+        factor f >= 1 multiplying ``||G||_F``. Ignored by 'svd', which is exactly scale invariant.
       rtol: relative rank threshold of 'svd' (None: the default above).
       stack: False (default): G must be 2-D; True: leading axes are a batch of matrices.
       backend: ``'cpu'`` (numpy/BLAS, default) or ``'cuda'`` (numba-CUDA kernels, Newton-Schulz only;
         needs ``pip install "refopt[cuda]"`` and a GPU, or NUMBA_ENABLE_CUDASIM=1 for the simulator).
 
-    Returns: a new C-contiguous array of G's shape and dtype; exact zeros for a zero G (never NaN).
-    Raises: ValueError for a non-float32/float64 input, a non-2-D one without ``stack=True``, nan/inf
-      entries, or bad options (including rtol not None or a finite number >= 0, checked for either
-      method; method='svd' with backend='cuda'); FloatingPointError when Newton-Schulz produces nan or inf
-      (user coefficients whose iteration diverges; the presets keep every singular value in (0, 1.21]);
-      ImportError for backend='cuda' without numba-cuda, RuntimeError without a GPU.
+    Returns:
+      a new C-contiguous array of G's shape and dtype; exact zeros for a zero G (never NaN).
+
+    Raises:
+      ValueError: for a non-float32/float64 input, a non-2-D one without ``stack=True``, nan/inf entries,
+        or bad options (including rtol not None or a finite number >= 0, checked for either method;
+        method='svd' with backend='cuda').
+      FloatingPointError: when Newton-Schulz produces nan or inf (user coefficients whose iteration
+        diverges; the presets keep every singular value in (0, 1.21]).
+      ImportError: for backend='cuda' without numba-cuda.
+      RuntimeError: for backend='cuda' without a GPU.
     """
     _check_backend(backend)
     if method not in ("newton_schulz", "svd"):
