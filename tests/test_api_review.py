@@ -235,16 +235,21 @@ def test_an_implementation_returning_another_dtype_is_named_as_its_result():
     assert [a.dtype for a in new] == [np.float32, np.float32]
 
 
-def test_compare_summary_times_the_steps_after_the_first():
-    """summary.csv's ms_per_step leaves out the first step (numba compiles there), as compare.png's wall-time
-    panel does; first_step_s reports it. Negative control: with a slow first step the old whole-run average
-    would be ten times larger."""
+def test_compare_summary_takes_the_time_per_step_from_the_timing_rounds():
+    """summary.csv's ms_per_step (and its min / max) is the median of the timing rounds measured apart from the
+    run (compare.time_steps), never the run's own wall time, whose first step compiles the kernels;
+    first_step_s reports that first step. Negative control: the whole run's average would be ten times
+    larger than the rounds' median here."""
     from refopt.cli.compare import summary_row
 
     rows = [{"step": k + 1, "loss": 1.0, "_seconds": 1.0 + 0.01 * k} for k in range(100)]   # 1 s, then 10 ms
-    row = summary_row("sgd", {"rows": rows, "lr": 0.1, "final": {"val_loss": 0.5}, "seconds": rows[-1]["_seconds"]})
-    assert row["first_step_s"] == 1.0 and abs(row["ms_per_step"] - 10.0) < 1e-9
-    assert abs(1000 * row["seconds"] / len(rows) - 10.0) > 5                                   # the old figure
+    timing = {"median": 10.0, "min": 9.5, "max": 12.0}
+    row = summary_row("sgd", {"rows": rows, "lr": 0.1, "final": {"val_loss": 0.5}, "seconds": rows[-1]["_seconds"],
+                              "timing": timing})
+    assert row["first_step_s"] == 1.0
+    assert (row["ms_per_step"], row["ms_per_step_min"], row["ms_per_step_max"]) == (10.0, 9.5, 12.0)
+    assert row["val_loss"] == 0.5 and row["steps"] == 100
+    assert abs(1000 * row["seconds"] / len(rows) - row["ms_per_step"]) > 5                 # the whole-run average
 
 
 def test_rule_expressions_offer_only_path_array_label_functions():
