@@ -1,5 +1,5 @@
 """Benchmark: the six batched products of one causal self-attention layer (``refopt.autograd.nn.self_attention``,
-forward and backward), through ``refopt._blas.matmul`` (MKL's strided batches on its OpenMP threads, reading
+forward and backward), through ``refopt.fast.blas.matmul`` (MKL's strided batches on its OpenMP threads, reading
 the heads in place) against the NumPy path the autograd takes without MKL (a transposed right operand copied
 row-major first, then ``np.matmul``, one OpenBLAS call per head), in the same process and interleaved
 repeat by repeat. ``--torch`` times instead torch's ``scaled_dot_product_attention`` forward and backward on
@@ -44,7 +44,7 @@ def main():
 
     import numpy as np
 
-    from refopt import _blas
+    from refopt.fast import blas
 
     B, T, C, H = a.batch, a.block, a.n_embd, a.n_head
     hs = C // H
@@ -71,10 +71,10 @@ def main():
         mm(P.swapaxes(-1, -2), q, heads(dz[:, :, 1]))
 
     def run_numpy():
-        six(_blas._numpy_matmul)
+        six(blas._numpy_matmul)
 
     def run_mkl():
-        six(_blas.matmul)
+        six(blas.matmul)
 
     cases = {}
     if a.torch:
@@ -92,16 +92,16 @@ def main():
         cases[f"torch {torch.__version__} SDPA fwd+bwd (whole attention)"] = run_torch
     else:
         cases["numpy (OpenBLAS, copies)"] = run_numpy
-        if _blas.backend() == "mkl":
-            cases["refopt._blas (MKL strided batches)"] = run_mkl
+        if blas.backend() == "mkl":
+            cases["refopt.fast.blas (MKL strided batches)"] = run_mkl
         else:
-            print(f"no MKL column: {_blas.describe()}")
+            print(f"no MKL column: {blas.describe()}")
     for f in cases.values():   # warm-up (page faults, MKL's and torch's first calls)
         for _ in range(5):
             f()
     times = {name: [] for name in cases}
     print(f"B={B} T={T} C={C} H={H} (hs={hs}), float32, {a.threads} threads"
-          + ("" if a.torch else f"; {_blas.describe()}"))
+          + ("" if a.torch else f"; {blas.describe()}"))
     load0, steal0 = os.getloadavg()[0], _steal()
     for _ in range(a.repeats):
         for name, f in cases.items():

@@ -43,7 +43,7 @@ def main():
                     help="time one library only (run each in its own process: torch's OpenMP threads and "
                          "MKL's are two pools in one process)")
     ap.add_argument("--gemm", default="auto", choices=["auto", "numpy", "mkl"],
-                    help="refopt's matrix products (refopt._blas): MKL on the fused kernels' OpenMP pool when "
+                    help="refopt's matrix products (refopt.fast.blas): MKL on the fused kernels' OpenMP pool when "
                          "installed (auto), or NumPy's BLAS with serial fused kernels")
     a = ap.parse_args()
     os.environ["REFOPT_GEMM"] = a.gemm
@@ -55,6 +55,7 @@ def main():
     import torch.nn.functional as F
 
     import refopt
+    from refopt.fast import blas
     from refopt.models import gpt
     from refopt.autograd import value_and_grad
 
@@ -146,7 +147,7 @@ def main():
           f"ratio {np.median(cpu_np) / np.median(cpu_t):.2f}")
     print(f"config: {cfg}")
     print(f"first loss: refopt {first_np:.6f}  torch {first_t:.6f}  (rel diff {abs(first_np - first_t) / first_t:.1e})")
-    print(f"refopt's products: {refopt._blas.describe()}")
+    print(f"refopt's products: {blas.describe()}")
     print(f"malloc {a.malloc}, threads {a.threads}, batch {a.batch}, {a.steps} timed steps (median), {a.repeats} repeats")
     print(f"refopt (numpy autograd + refopt.AdamW update_): {ms_np:8.1f} ms/step")
     print(f"torch {torch.__version__} eager + torch.optim.AdamW: {ms_t:8.1f} ms/step")

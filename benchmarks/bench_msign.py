@@ -13,7 +13,7 @@ folds a into the m x m factor: 3 m^2 n + m^3 flops executed. Columns, all from t
 
 * ``refopt s`` / ``torch s``: median time of one whole msign call (normalisation included), the two
   interleaved repeat by repeat (the machine may be shared: the ratio is the median of per-repeat ratios);
-* ``ratio``: refopt time / torch time (issue 14 target: <= 0.65 at 2048x2048 and 768x3072);
+* ``ratio``: refopt time / torch time (target: <= 0.65 at 2048x2048 and 768x3072);
 * ``floor``: ``steps`` times the time of refopt's three products of one step alone (numpy's syrk for
   X X^T and for A A^T of a symmetric m x m A, its gemm for P X), over torch's time: the ratio refopt cannot
   go below with numpy's BLAS, whatever it does around the products;

@@ -4,7 +4,7 @@ Not a test; needs a CUDA GPU, ``pip install ".[cuda]"`` (plus the CUDA wheels, e
 ``numba-cuda[cu12]==0.30.4``, where no toolkit is installed) and, for the cuBLAS columns, a CUDA build of
 torch or CuPy. Run ``PYTHONPATH=. python benchmarks/bench_msign_cuda.py`` (``--sizes``, ``--repeats``).
 
-Rows (issue 14): 1024x1024, 4096x4096, 4096x16384, float32.
+Rows: 1024x1024, 4096x4096, 4096x16384, float32.
 
 * ``gemm``: refopt's tiled gemm kernel computing P X with P (m x m) and X (m x n) against cuBLAS SGEMM
   (torch with TF32 switched off, or CuPy) on the same operands: TFLOP/s = 2 m^2 n / time. Aim at
@@ -31,7 +31,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from refopt.linalg import _msign_cuda, msign, ns_coefficients  # noqa: E402
+from refopt.fast import msign_cuda  # noqa: E402
+from refopt.linalg import msign, ns_coefficients  # noqa: E402
 
 
 def _peer():
@@ -70,12 +71,12 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=5)
     a = p.parse_args(argv)
-    cuda = _msign_cuda._cuda()
+    cuda = msign_cuda._cuda()
     dev = cuda.get_current_device()
     name, lib = _peer()
     gpu = getattr(dev, "name", "the CUDA simulator")
     print(f"GPU: {gpu.decode() if isinstance(gpu, bytes) else gpu}, numba-cuda, float32, "
-          f"tiles {_msign_cuda.DEFAULT_TILES.bm} or {_msign_cuda.SMALL_TILES.bm} (auto_tiles), cuBLAS via {name or 'none (install a CUDA torch or CuPy)'}, "
+          f"tiles {msign_cuda.DEFAULT_TILES.bm} or {msign_cuda.SMALL_TILES.bm} (auto_tiles), cuBLAS via {name or 'none (install a CUDA torch or CuPy)'}, "
           f"medians of {a.repeats}")
     rows = ns_coefficients("jordan", a.steps)
     print(f"{'shape':>11} {'gemm TF/s':>9} {'cuBLAS TF/s':>11} {'% cuBLAS':>8} {'NS5 s':>8} {'peer NS5 s':>10} "
@@ -87,10 +88,10 @@ def main(argv=None) -> None:
         P = (rng.standard_normal((m, m)) / np.sqrt(m)).astype(np.float32)
         dG, dP = cuda.to_device(G[None]), cuda.to_device(P[None])
         dY = cuda.device_array((1, m, n), np.float32)
-        tiles = _msign_cuda.auto_tiles(m, n)      # the geometry Newton-Schulz uses at this size
-        t_gemm = _median_time(lambda: _msign_cuda.gemm(dP, dG, dY, tiles=tiles), cuda.synchronize, a.repeats)
-        t_ns = _median_time(lambda: _msign_cuda.newton_schulz_device(dG, rows), cuda.synchronize, a.repeats)
-        out = _msign_cuda.newton_schulz_device(dG, rows).copy_to_host()[0]
+        tiles = msign_cuda.auto_tiles(m, n)      # the geometry Newton-Schulz uses at this size
+        t_gemm = _median_time(lambda: msign_cuda.gemm(dP, dG, dY, tiles=tiles), cuda.synchronize, a.repeats)
+        t_ns = _median_time(lambda: msign_cuda.newton_schulz_device(dG, rows), cuda.synchronize, a.repeats)
+        out = msign_cuda.newton_schulz_device(dG, rows).copy_to_host()[0]
         gemm_flops = 2.0 * m * m * n
         mm, nn = min(m, n), max(m, n)
         ns_flops = a.steps * (4.0 * mm * mm * nn + 2.0 * mm ** 3)

@@ -5,7 +5,7 @@ Each case builds the same float32 params and grads for both sides, warms both up
 fill), then times them in interleaved rounds so that machine noise hits every variant alike; the median
 and the minimum over the rounds are printed in ms, with the ratio of the medians to torch's fused step.
 
-Cases (the targets of issue 9):
+Cases:
 
 * ``gpt2``: AdamW ``update_`` on the GPT-2-small parameter shapes (75 leaves, 124M float32: wte 50304x768,
   wpe 1024x768, 12 blocks of 768 / 768x2304 / 768x768 / 768 / 768x3072 / 3072x768, a final 768), with the
@@ -132,14 +132,15 @@ def report_floor(times: dict, grads: dict, ref: str, off: str) -> None:
     print(f"  read rate of the check {nbytes / med['refopt gradient check alone'] / 1e6:.1f} GB/s, of torch's "
           f"read-only pass {nbytes / med['torch read-only pass (sum of every grad)'] / 1e6:.1f} GB/s; the floor "
           f"of 'check on' (check-off step + the check, over {ref}): "
-          f"{(med[off] + med['refopt gradient check alone']) / med[ref]:.2f} (the issue's 8/7 = 1.14 assumes the "
+          f"{(med[off] + med['refopt gradient check alone']) / med[ref]:.2f} (8/7 = 1.14 would mean the "
           f"check's read stream costs what one of the step's 7 streams costs)")
 
 
 def grad_check(grads):
-    """The walk's whole-tree gradient check (one compiled pass, :func:`refopt.kernels.any_bad_many`) alone,
+    """The walk's whole-tree gradient check (one compiled pass, :func:`refopt.fast.many.any_bad_many`) alone,
     with AdamW's bound: what ``check_finite=True`` adds to a step."""
-    from refopt.kernels import any_bad_many, square_bound
+    from refopt.fast.many import any_bad_many
+    from refopt.kernels import square_bound
     gs = list(grads.values())
     bounds = [square_bound(np.float32)] * len(gs)
 

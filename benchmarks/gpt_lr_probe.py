@@ -1,7 +1,7 @@
 """Train the default GPT on the default corpus with AdamW (warmup + cosine) and report time and val loss.
 
 Usage: python benchmarks/gpt_lr_probe.py [--lr 3e-3] [--steps 600] [--warmup 50] [--tie/--no-tie] ...
-Used to pick the defaults of ``refopt train --model gpt``; prints one line per evaluation.
+The probe behind the defaults of ``refopt train --model gpt``; prints one line per evaluation.
 """
 import argparse
 import math

@@ -7,7 +7,7 @@ RMSNorm with gains, float32), same initial weights (refopt's ``gpt.init``, copie
 ``--eval-interval`` steps and at the end, and ``--sample-chars`` sampled characters at the end (drawn
 with torch's generator, so not refopt's text). The optimizer differs on purpose: torch's AdamW on every
 array with the settings ``refopt train --optimizer adamw`` would use (lr 3e-3, weight decay 0.01, betas
-(0.9, 0.999), eps 1e-8 unless given), the comparison the issue asks for (refopt's default is Muon +
+(0.9, 0.999), eps 1e-8 unless given), the usual baseline (refopt's default is Muon +
 AdamW). ``refopt train --optimizer adamw`` with the same options runs the same optimizer in refopt, for
 a comparison of the libraries alone.
 

@@ -1,13 +1,13 @@
-"""Benchmark: the first step of each elementwise rule in a fresh process (issue 9 review).
+"""Benchmark: the first step of each elementwise rule in a fresh process.
 
 A script, not a test: ``PYTHONPATH=. python benchmarks/walk_first_step.py [--rounds 3]``. Each round starts
 a new Python process that runs, for the elementwise rules (Adam, AdamW, AMSGrad, NAdam, SGD, SGD with
 momentum, Lion) in float32 and float64, three ``update_`` and one ``update`` on 100 leaves of 10 elements
 (one serial multi-leaf call) and on 100 leaves of 1000 (one parallel call), and prints the seconds that took.
 The first round may compile into numba's on-disk cache (``NUMBA_CACHE_DIR``); the later rounds show what
-every new process pays. Run it on two commits (e.g. ``git worktree add /tmp/old 457cfe7``) to compare walks:
-with a warm cache the time that remains is loading the compiled kernels from it (the first version of the
-multi-leaf call held numba typed lists, whose methods compile anew in every process: about 5 s more)."""
+every new process pays. Run it on two checkouts (e.g. one made with ``git worktree add``) to compare walks:
+with a warm cache the time that remains is loading the compiled kernels from it (a multi-leaf call that held
+numba typed lists, whose methods compile anew in every process, would pay about 5 s more)."""
 from __future__ import annotations
 
 import argparse

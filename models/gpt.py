@@ -29,13 +29,13 @@ silu, log_softmax, getitem ...). tests/test_fused.py holds them equal (float64 1
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from refopt import autograd as ag
 from refopt import tree as _tree
+from refopt.labels import gpt_labels
 
 FFN_KINDS = ("swiglu", "reglu", "gelu")
 INIT_SCHEMES = ("normal", "mup")
@@ -335,31 +335,10 @@ def _generate(params: dict, idx, n_new: int, temperature: float, seed: int, conf
 
 # --- parameter groups -------------------------------------------------------------------------------------
 
-_HIDDEN = re.compile(r"blocks\[\d+\]\.(attn\.w_(q|k|v|o)|mlp\.w_(up|gate|down))")
-_OTHER_MATRIX = re.compile(r"(wte|wpe|lm_head)")
-
-
 def param_label(path: str, x: np.ndarray) -> str:
-    """The parameter group of one array of the GPT (``refopt.gpt_labels`` is this function):
-
-    * ``'hidden'`` (Muon / Hyperball): the attention and MLP matrices of every block,
-      ``blocks[i].attn.w_q``, ``w_k``, ``w_v``, ``w_o``, ``blocks[i].mlp.w_up``, ``w_gate``, ``w_down``.
-    * ``'other'`` (AdamW): the token and position embeddings ``wte``, ``wpe``, the head ``lm_head``, and
-      every array with ndim <= 1 (RMSNorm gains, QK-norm gains, biases if any).
-
-    This is the split of Keller Jordan's Muon README and modded-nanogpt (embeddings, head and gains to
-    AdamW). Raises ValueError naming the path for a hidden matrix that is not at least 2-D, or for an array
-    with ndim >= 2 whose name is none of the above (so a renamed or new matrix is never silently sent to
-    the wrong optimizer).
-    """
-    if _HIDDEN.fullmatch(path):
-        if x.ndim < 2:
-            raise ValueError(f"gpt_labels: {path} should be a matrix, got shape {x.shape}")
-        return "hidden"
-    if x.ndim <= 1 or _OTHER_MATRIX.fullmatch(path):
-        return "other"
-    raise ValueError(f"gpt_labels: unknown GPT matrix {path} (shape {x.shape}); known: blocks[i].attn.w_q/"
-                     f"w_k/w_v/w_o, blocks[i].mlp.w_up/w_gate/w_down, wte, wpe, lm_head")
+    """The parameter group ('hidden' / 'other') of one array of the GPT: :func:`refopt.gpt_labels` (see there;
+    a function of this module too, so that checkpoints naming ``refopt.models.gpt.param_label`` load)."""
+    return gpt_labels(path, x)
 
 
 def labels(params: dict) -> dict:

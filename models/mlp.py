@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from refopt import autograd as ag
-from refopt import tree as _tree
+from refopt.labels import mlp_labels
 
 ACTIVATIONS = {"relu": ag.relu, "tanh": ag.tanh, "gelu": ag.gelu}
 
@@ -78,28 +78,5 @@ def accuracy(params, x, y, activation: str = "relu") -> float:
 
 
 def labels(params, first: str = "hidden", last: str = "other"):
-    """The parameter groups of an MLP as data: a labels tree (shaped like ``params``) for
-    ``refopt.Partition(labels=...)`` (``refopt.mlp_labels`` is this function).
-
-    The weight matrices are the 2-D leaves taken in flatten order, which is layer order for this MLP
-    (``{"layers": [{"w": (fan_in, fan_out), "b": (fan_out,)}, ...]}``). The last one (the classifier head) gets
-    ``last`` ('other': AdamW), the first one (the input layer) ``first`` ('hidden' by default, so that the
-    one-hidden-layer MLP of the README has a matrix for Muon, as ``refopt train --model mlp``; pass
-    ``first='other'`` for Keller Jordan's advice of AdamW on the input layer too), the matrices in between
-    'hidden'; every array with ndim != 2 (biases) 'other'. The result is a plain tree of strings, so
-    checkpoints store it.
-
-    Raises: ValueError if params has no 2-D leaf; TypeError when called as a per-array labelling function
-      ``(path, array)`` (it needs the whole params: pass ``labels=refopt.mlp_labels(params)``).
-    """
-    if isinstance(params, str):
-        raise TypeError("mlp_labels takes the whole params tree, not (path, array): use "
-                        "Partition(labels=refopt.mlp_labels(params)) (the last layer cannot be told from one array)")
-    xs, paths, td = _tree.flatten(params)
-    mats = [i for i, x in enumerate(xs) if np.ndim(x) == 2]
-    if not mats:
-        raise ValueError("mlp_labels: params has no 2-D weight matrix")
-    out = ["hidden" if i in mats else "other" for i in range(len(xs))]
-    out[mats[0]] = first
-    out[mats[-1]] = last if len(mats) > 1 else first
-    return _tree.unflatten(td, out)
+    """The labels tree of an MLP for ``refopt.Partition(labels=...)``: :func:`refopt.mlp_labels` (see there)."""
+    return mlp_labels(params, first, last)

@@ -16,9 +16,15 @@ from refopt.checkpoint import Checkpoint, CheckpointError, load, save
 from refopt.core import OptState, Rule, direction, eval_params, init, update, update_
 from refopt.linalg import msign
 from refopt import rules as _rules
-from refopt.rules import RefoptWarning, matrix_labels
+from refopt.labels import gpt_labels, matrix_labels, mlp_labels
+from refopt.rules import RefoptWarning
 
 globals().update({c.__name__: c for c in _rules.exported_rules()})   # every rule class of refopt/rules/
+
+from refopt import core as _core, fast  # noqa: E402
+from refopt.fast import walk as _fast_walk  # noqa: E402
+
+_core.fast_step = _fast_walk.step   # the speed layer; refopt.fast.reading_path() runs the plain walk
 
 
 def like(peer: str, **kwargs):
@@ -31,22 +37,8 @@ def like(peer: str, **kwargs):
 __version__ = "0.1.0"
 
 
-def gpt_labels(path, x):
-    """The parameter group ('hidden' / 'other') of one array of the reference GPT: an alias of
-    ``refopt.models.gpt.param_label`` (see there), usable as ``Partition(labels=refopt.gpt_labels)``;
-    ``refopt.models.gpt.labels(params)`` gives the same as a labels tree."""
-    from refopt.models.gpt import param_label
-    return param_label(path, x)
-
-
-def mlp_labels(params, first: str = "hidden", last: str = "other"):
-    """The labels tree of the reference MLP: an alias of ``refopt.models.mlp.labels`` (see there)."""
-    from refopt.models.mlp import labels
-    return labels(params, first, last)
-
-
 __all__ = [
-    "tree", "autograd", "schedules", "value_and_grad", "grad", "check_grads", "check_grads_per_leaf", "check_grad_fn",
+    "tree", "autograd", "schedules", "fast", "value_and_grad", "grad", "check_grads", "check_grads_per_leaf", "check_grad_fn",
     "OptState", "Rule", "init", "update", "update_", "direction", "eval_params", "save", "load", "Checkpoint",
     "CheckpointError", "msign",
     *(c.__name__ for c in _rules.exported_rules()), "like", "RefoptWarning", "gpt_labels", "matrix_labels",

@@ -20,8 +20,8 @@ steps, stored as a pair of files with the same stem ``<case>__<problem>__<dtype>
     ``peers``: ``{peer: preset name}`` for the peer optimizers that reproduce the rule
     (:data:`refopt.crosscheck.presets.PRESETS`, else matched by hyperparameters,
     :mod:`refopt.crosscheck.match`), with their ``peer_call`` (in words), ``constructor`` and ``kwargs``
-    (e.g. ``"AdamW"``, ``{"lr": 0.01}``), ``layout``, ``state`` ({refopt field: peer state key}; files
-    written before issue 11 lack it) and ``tolerance`` ({figure: bound}, e.g. {"params": 1e-12,
+    (e.g. ``"AdamW"``, ``{"lr": 0.01}``), ``layout``, ``state`` ({refopt field: peer state key}; optional:
+    a file without it is valid) and ``tolerance`` ({figure: bound}, e.g. {"params": 1e-12,
     "state": 1e-12}); ``{}`` when no peer reproduces the rule;
     ``leaves``: ``[{"index", "path", "shape"}]``; ``state_fields``; ``tolerance``: the max-norm relative
     difference allowed when refopt replays its own file; ``arrays``: for every array name

@@ -50,10 +50,27 @@ def _resolve(module: str, qualname: str) -> Any:
     except (ImportError, AttributeError, ValueError, TypeError) as e:
         raise CheckpointError(f"unknown refopt object {module}.{qualname} ({e}); "
                               f"saved by another refopt version?") from None
-    # it must be *defined* there, not merely reachable (refopt.checkpoint.os._exit is not a refopt object)
-    if getattr(obj, "__module__", None) != module or getattr(obj, "__qualname__", None) != qualname:
+    # it must be *defined* in refopt, not merely reachable (refopt.checkpoint.os._exit is not a refopt object);
+    # a refopt object re-exported under the stored name (refopt.gpt_labels is refopt.labels.gpt_labels) loads
+    if (getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)) != (module, qualname) and \
+            not _defined_in_refopt(obj):
         raise CheckpointError(f"refusing {module}.{qualname}: it is not defined in the refopt package")
     return obj
+
+
+def _defined_in_refopt(obj: Any) -> bool:
+    """True if ``obj`` is the object its own ``__module__.__qualname__`` names, in a refopt module."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or not _in_refopt(module) or \
+            "<locals>" in qualname:
+        return False
+    try:
+        home = importlib.import_module(module)
+        for part in qualname.split("."):
+            home = getattr(home, part)
+    except (ImportError, AttributeError, ValueError, TypeError):
+        return False
+    return home is obj
 
 
 def _importable(obj: Any) -> bool:

@@ -9,6 +9,17 @@ import docs_site
 import tutorial_runs
 
 
+def pytest_configure(config):
+    """The checkout's ``refopt/`` comes first on the path of ``python -m pytest``; its ``refopt.models``
+    (the top-level ``models/`` folder) is there only through an editable install's package map."""
+    import importlib.util
+
+    if importlib.util.find_spec("refopt.models") is None:
+        raise pytest.UsageError(
+            "refopt.models is not found: the tests import the checkout, which needs an editable install "
+            '(pip install -e ".[test]", README, "The two commands")')
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The documentation site's tests first: their one build executes every tutorial, whose numbers the
     tutorials' tests then read (tests/docs_site.py, tests/tutorial_runs.py)."""

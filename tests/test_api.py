@@ -87,8 +87,8 @@ def test_update_is_pure_with_read_only_inputs(name, dtype):
 @pytest.mark.parametrize("name", ids)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_direction_is_pure_with_read_only_inputs(name, dtype):
-    # Fails today: the kernels write x in a branch that direction never takes, but numba refuses to
-    # compile a kernel that writes a read-only array, so direction() on read-only params raises TypingError.
+    # the kernels write x in a branch that direction never takes; numba refuses to compile a kernel that
+    # writes a read-only array, so direction() must run on read-only params without a TypingError.
     rule = RULES[name]()
     params = params_tree(dtype)
     state = init(rule, params)
@@ -239,8 +239,8 @@ def test_state_of_other_params_rejected():
 
 
 def test_state_nested_deeper_than_params_rejected_clearly():
-    # Fails today: flatten_up_to hands the list [AdamState] to the rule as if it were the leaf state, and
-    # the rule dies with AttributeError "'list' object has no attribute 'm'".
+    # a ValueError naming the leaf, not the list [AdamState] handed to the rule as if it were the leaf
+    # state (an AttributeError "'list' object has no attribute 'm'" from inside the rule).
     rule = Adam(lr=0.1)
     s_other = init(rule, {"a": [np.zeros(2)]})
     with pytest.raises(ValueError, match=r"\ba\b"):

@@ -1,5 +1,5 @@
 """autograd-lite: every primitive against central finite differences (dot-product test, float64), the
-PITFALLS.md regressions B18, B19, B21, dtype rules, deep graphs and error messages."""
+PITFALLS.md cases B18, B19, B21, dtype rules, deep graphs and error messages."""
 import warnings
 
 import numpy as np
@@ -9,6 +9,8 @@ from hypothesis.extra import numpy as hnp
 
 import refopt.autograd as ag
 from refopt.autograd import Node, check_grads, check_grads_per_leaf, grad, value_and_grad
+from autograd_references import (causal_softmax_reference, causal_softmax_vjp_reference, rms_norm_reference,
+                                 rms_norm_vjp_reference, swiglu_reference, swiglu_vjp_reference)
 
 RTOL = 1e-6
 
@@ -441,34 +443,34 @@ def test_check_grads_catches_a_wrong_vjp():
 # ---- fused kernels (numba) against their NumPy references, float32 and float64 -----------------------
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kernels_match_references(dtype):
-    from refopt.autograd import _kernels as K
+    from refopt.fast import autograd_kernels as K
     r = _rng(20)
     tol = 1e-6 if dtype == np.float32 else 1e-14
     S = (r.standard_normal((3, 2, 6, 6)) * 4).astype(dtype)
     P = K.causal_softmax_(S.copy(), 0.3)
     assert P.dtype == dtype
-    np.testing.assert_allclose(P, K.causal_softmax_reference(S, 0.3), rtol=tol, atol=tol)
+    np.testing.assert_allclose(P, causal_softmax_reference(S, 0.3), rtol=tol, atol=tol)
     assert np.all(P[..., np.triu(np.ones((6, 6), bool), 1)] == 0)
     dP = r.standard_normal(S.shape).astype(dtype)
     dS = K.causal_softmax_vjp_(P, dP.copy(), 0.3)
-    np.testing.assert_allclose(dS, K.causal_softmax_vjp_reference(P, dP, 0.3), rtol=tol, atol=tol)
+    np.testing.assert_allclose(dS, causal_softmax_vjp_reference(P, dP, 0.3), rtol=tol, atol=tol)
     x, gn = r.standard_normal((2, 3, 8)).astype(dtype), r.uniform(0.5, 1.5, 8).astype(dtype)
-    out, ref = K.rms_norm(x, gn, 1e-6), K.rms_norm_reference(x, gn, 1e-6)
+    out, ref = K.rms_norm(x, gn, 1e-6), rms_norm_reference(x, gn, 1e-6)
     for a_, b_ in zip(out, ref):
         np.testing.assert_allclose(a_, b_, rtol=tol, atol=tol)
     assert out[0].dtype == dtype
     gx = r.standard_normal(x.shape).astype(dtype)
     dx = K.rms_norm_vjp(gx, gn, out[1], out[2])
     assert dx.dtype == dtype
-    np.testing.assert_allclose(dx, K.rms_norm_vjp_reference(gx, gn, ref[1], ref[2]), rtol=tol, atol=tol)
+    np.testing.assert_allclose(dx, rms_norm_vjp_reference(gx, gn, ref[1], ref[2]), rtol=tol, atol=tol)
     a = np.concatenate([r.standard_normal(20) * 3, [-1e4, -100.0, 0.0, 100.0, 1e4]]).astype(dtype)
     u = r.standard_normal(a.shape).astype(dtype)
     h, s = K.swiglu(a, u)
-    hr, sr = K.swiglu_reference(a, u)
+    hr, sr = swiglu_reference(a, u)
     assert h.dtype == dtype and np.all(np.isfinite(h))
     np.testing.assert_allclose(h, hr, rtol=tol * 10, atol=tol)
     g = r.standard_normal(a.shape).astype(dtype)
-    for x, y in zip(K.swiglu_vjp(g, a, u, s), K.swiglu_vjp_reference(g, a, u, sr)):
+    for x, y in zip(K.swiglu_vjp(g, a, u, s), swiglu_vjp_reference(g, a, u, sr)):
         assert x.dtype == dtype
         np.testing.assert_allclose(x, y, rtol=tol * 10, atol=tol)
 

@@ -1,5 +1,5 @@
-"""NumPy inside a loss (issue 10, section 4): NumPy functions on traced values run refopt's primitives;
-the new primitives (where, maximum, minimum, clip, abs, sqrt, log1p, expm1, square) have the gradients of
+"""NumPy inside a loss: NumPy functions on traced values run refopt's primitives;
+the primitives behind them (where, maximum, minimum, clip, abs, sqrt, log1p, expm1, square) have the gradients of
 their equations (central differences away from kinks) and jax.grad's conventions at ties and kinks; a
 hand-written gradient can be checked without giving up a keyword name."""
 from __future__ import annotations
@@ -212,7 +212,8 @@ def test_check_grad_fn_keeps_every_keyword_for_the_users_function():
 
 
 def test_check_grads_fails_on_nan():
-    """A NaN relative error (NaN gradient or value) used to pass the `err > rtol` test."""
+    """A NaN relative error (NaN gradient or value) fails the check (``nan > rtol`` is False, so a plain
+    ``err > rtol`` test would pass it)."""
     with np.errstate(invalid="ignore"):
         with pytest.raises(AssertionError, match="nan"):
             ag.check_grads(lambda p: ag.sum(np.log1p(p)), np.array([-2.0, 0.5]))

@@ -1,4 +1,4 @@
-"""refopt._blas: the autograd's products and stacks of products through MKL (when the ``mkl`` extra is
+"""refopt.fast.blas: the autograd's products and stacks of products through MKL (when the ``mkl`` extra is
 installed) or NumPy.
 
 Every layout the autograd passes (row-major, transposed views, column slices, a given ``out``; stacks of
@@ -19,21 +19,21 @@ import numpy as np
 import pytest
 
 import refopt
-from refopt import _blas
-from refopt.autograd import _kernels, value_and_grad
+from refopt.autograd import value_and_grad
+from refopt.fast import autograd_kernels, blas
 from refopt.models import gpt
 
-HAVE_MKL = _blas._mkl_rt()[0] is not None and _blas.backend() == "mkl"
-needs_mkl = pytest.mark.skipif(not HAVE_MKL, reason=f"MKL not used here: {_blas.describe()}")
+HAVE_MKL = blas._mkl_rt()[0] is not None and blas.backend() == "mkl"
+needs_mkl = pytest.mark.skipif(not HAVE_MKL, reason=f"MKL not used here: {blas.describe()}")
 BACKENDS = ["numpy"] + (["mkl"] if HAVE_MKL else [])
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
 def backend(request):
-    previous = _blas.use(request.param)
+    previous = blas.use(request.param)
     yield request.param
-    _blas.use(previous)
+    blas.use(previous)
 
 
 def exact_product(a, b):
@@ -73,17 +73,17 @@ def test_products_of_every_layout_within_the_rounding_bound(backend, dtype):
     M, K, N = 7, 13, 5
     for (na, a), (nb, b) in [(x, y) for x in layouts(rng, M, K, dtype) for y in layouts(rng, K, N, dtype)]:
         expect = np.array(a, copy=True), np.array(b, copy=True)
-        c = _blas.matmul(a, b)
+        c = blas.matmul(a, b)
         assert c.shape == (M, N) and c.dtype == dtype and c.flags.c_contiguous, (na, nb)
         ok, worst = within_bound(c, a, b)
         assert ok, f"{backend} {np.dtype(dtype).name}: a {na}, b {nb}: error {worst:.3g} u |A||B|"
         np.testing.assert_array_equal(a, expect[0])   # the inputs are not written
         np.testing.assert_array_equal(b, expect[1])
         out = np.full((M, N), np.nan, dtype)
-        assert _blas.matmul(a, b, out=out) is out
+        assert blas.matmul(a, b, out=out) is out
         np.testing.assert_array_equal(out, c)
         col = np.full((N, M), np.nan, dtype).T              # an `out` that is not C-contiguous: NumPy's path
-        assert _blas.matmul(a, b, out=col) is col
+        assert blas.matmul(a, b, out=col) is col
         assert within_bound(col, a, b)[0]
 
 
@@ -91,41 +91,41 @@ def test_products_of_every_layout_within_the_rounding_bound(backend, dtype):
 def test_a_wrong_transpose_flag_breaks_the_bound(monkeypatch):
     """Negative control: with the transposed views' flag reported as not transposed, the products of
     square matrices (same shape either way) are wrong, and the bound above catches it."""
-    real = _blas._layout
+    real = blas._layout
 
     def wrong(shape, strides, item):
         flag, ld = real(shape, strides, item)
-        return _blas._NO_TRANS, ld
+        return blas._NO_TRANS, ld
 
-    monkeypatch.setattr(_blas, "_layout", wrong)
+    monkeypatch.setattr(blas, "_layout", wrong)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((6, 6))
     b = rng.standard_normal((6, 6))
-    assert within_bound(_blas.matmul(a, b), a, b)[0]           # row-major operands: unaffected
-    assert not within_bound(_blas.matmul(a.T, b), a.T, b)[0]
+    assert within_bound(blas.matmul(a, b), a, b)[0]           # row-major operands: unaffected
+    assert not within_bound(blas.matmul(a.T, b), a.T, b)[0]
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 def test_everything_else_goes_to_numpy_with_its_errors(backend):
     rng = np.random.default_rng(2)
     a3, b2 = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))
-    np.testing.assert_array_equal(_blas.matmul(a3, b2), np.matmul(a3, b2))    # broadcasting
+    np.testing.assert_array_equal(blas.matmul(a3, b2), np.matmul(a3, b2))    # broadcasting
     with pytest.raises(ValueError, match="broadcast"):                     # NumPy's error, from NumPy
-        _blas.matmul(a3, rng.standard_normal((3, 4, 5)))
+        blas.matmul(a3, rng.standard_normal((3, 4, 5)))
     v = rng.standard_normal(4)
-    np.testing.assert_array_equal(_blas.matmul(v, b2), v @ b2)
+    np.testing.assert_array_equal(blas.matmul(v, b2), v @ b2)
     ai, bi = np.arange(12).reshape(3, 4), np.arange(8).reshape(4, 2)
-    np.testing.assert_array_equal(_blas.matmul(ai, bi), ai @ bi)
+    np.testing.assert_array_equal(blas.matmul(ai, bi), ai @ bi)
     a32 = rng.standard_normal((3, 4)).astype(np.float32)
-    got = _blas.matmul(a32, b2)
+    got = blas.matmul(a32, b2)
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got, a32 @ b2)
-    np.testing.assert_array_equal(_blas.matmul(np.zeros((3, 0)), np.zeros((0, 2))), np.zeros((3, 2)))
+    np.testing.assert_array_equal(blas.matmul(np.zeros((3, 0)), np.zeros((0, 2))), np.zeros((3, 2)))
     with pytest.raises(ValueError, match="mismatch"):
-        _blas.matmul(rng.standard_normal((3, 4)), rng.standard_normal((5, 2)))
+        blas.matmul(rng.standard_normal((3, 4)), rng.standard_normal((5, 2)))
     sq = rng.standard_normal((4, 4))
     expect = sq @ sq
-    _blas.matmul(sq, sq.copy(), out=sq)                     # out is an input: NumPy handles the overlap
+    blas.matmul(sq, sq.copy(), out=sq)                     # out is an input: NumPy handles the overlap
     np.testing.assert_array_equal(sq, expect)
 
 
@@ -150,11 +150,11 @@ def test_stacks_of_every_layout_within_the_rounding_bound(backend, dtype):
     rng = np.random.default_rng(5)
     lead, M, K, N = (3, 2), 4, 5, 3
     for (na, a), (nb, b) in [(x, y) for x in stacks(rng, lead, M, K, dtype) for y in stacks(rng, lead, K, N, dtype)]:
-        c = _blas.matmul(a, b)
+        c = blas.matmul(a, b)
         assert c.shape == lead + (M, N) and c.dtype == dtype and c.flags.c_contiguous, (na, nb)
         merged = np.full((lead[0], M, lead[1], N), np.nan, dtype)     # (B, T, H, hs) written as (B, H, T, hs)
         view = merged.transpose(0, 2, 1, 3)
-        assert _blas.matmul(a, b, out=view) is view
+        assert blas.matmul(a, b, out=view) is view
         for i in np.ndindex(*lead):
             ok, worst = within_bound(c[i], a[i], b[i])
             assert ok, f"{backend} {np.dtype(dtype).name}: a {na}, b {nb}, matrix {i}: error {worst:.3g} u |A||B|"
@@ -176,7 +176,7 @@ def test_a_stack_mkl_would_refuse_goes_elsewhere(backend, capfd):
     rng = np.random.default_rng(6)
     a, b = rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 4, 2))
     buf, out = _interleaved_out(3, 2, 5)
-    assert _blas.matmul(a, b, out=out) is out
+    assert blas.matmul(a, b, out=out) is out
     np.testing.assert_allclose(out, a @ b, rtol=1e-14, atol=1e-14)
     assert "MKL" not in "".join(capfd.readouterr())
 
@@ -188,11 +188,11 @@ def test_without_the_stride_check_mkl_computes_nothing(monkeypatch, capfd):
     def anyway(a, b, out, M, ldc):
         return 0, tuple(x.strides[0] // x.itemsize for x in (a, b, out))
 
-    monkeypatch.setattr(_blas, "_batch_axis", anyway)
+    monkeypatch.setattr(blas, "_batch_axis", anyway)
     rng = np.random.default_rng(6)
     a, b = rng.standard_normal((5, 3, 4)), rng.standard_normal((5, 4, 2))
     buf, out = _interleaved_out(3, 2, 5)
-    _blas.matmul(a, b, out=out)
+    blas.matmul(a, b, out=out)
     assert np.isnan(out).all()
     assert "Parameter 17 was incorrect" in "".join(capfd.readouterr())
 
@@ -214,13 +214,13 @@ CONFIGS = [dict(), dict(qk_norm=True), dict(tie_head=False), dict(ffn="reglu"), 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gpt_gradients_with_mkl_match_numpy(kw, dtype):
     cfg = gpt.GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=32, **kw)
-    previous = _blas.use("numpy")
+    previous = blas.use("numpy")
     try:
         v0, g0 = _gpt_grads(cfg, dtype)
-        _blas.use("mkl")
+        blas.use("mkl")
         v1, g1 = _gpt_grads(cfg, dtype)
     finally:
-        _blas.use(previous)
+        blas.use(previous)
     tol = {np.float64: 1e-12, np.float32: 1e-5}[dtype]
     assert abs(v1 - v0) <= tol * abs(v0)
     for k in g0:
@@ -233,10 +233,10 @@ _THREADS = """
 import sys, numpy as np
 sys.path[:0] = [{root!r}]
 import numba, refopt
-from refopt import _blas
+from refopt.fast import blas
 from refopt.autograd import value_and_grad
 from refopt.models import gpt
-assert _blas.backend() == "mkl"
+assert blas.backend() == "mkl"
 cfg = gpt.GPTConfig(vocab_size=29, block_size=32, n_layer=2, n_head=2, n_embd=64, qk_norm=True)
 p = gpt.init(cfg, 0, np.float32)
 r = np.random.default_rng(3)
@@ -244,12 +244,12 @@ x, y = r.integers(0, 29, (16, 32)), r.integers(0, 29, (16, 32))
 tall_a, tall_b = r.standard_normal((2, 200000)).astype(np.float32), r.standard_normal((200000, 2)).astype(np.float32)
 out = {{}}
 for n in (1, 2):
-    _blas._State.lib.MKL_Set_Num_Threads(n)
+    blas._State.lib.MKL_Set_Num_Threads(n)
     numba.set_num_threads(n)
     v, g = value_and_grad(lambda p: gpt.loss(p, x, y, cfg))(p)
     leaves, paths, _ = refopt.tree.flatten(g)
     out.update({{f"{{n}}:{{k}}": a for k, a in zip(paths, leaves)}}, **{{f"{{n}}:loss": np.asarray(v)}})
-    out[f"{{n}}:tall"] = _blas.matmul(tall_a, tall_b)
+    out[f"{{n}}:tall"] = blas.matmul(tall_a, tall_b)
 assert numba.threading_layer() == "omp"
 np.savez({path!r}, **out)
 """
@@ -274,24 +274,24 @@ def test_mkl_step_same_bits_on_one_thread_and_on_two(tmp_path):
 
 def test_choice_through_use_and_the_environment(monkeypatch):
     with pytest.raises(ValueError, match="expected one of auto, numpy, mkl"):
-        _blas.use("openblas")
-    previous = _blas.use("numpy")
+        blas.use("openblas")
+    previous = blas.use("numpy")
     try:
-        assert _blas.backend() == "numpy" and _blas.describe() == "numpy (REFOPT_GEMM=numpy)"
-        assert _kernels._blas.backend() == "numpy"
+        assert blas.backend() == "numpy" and blas.describe() == "numpy (REFOPT_GEMM=numpy)"
+        assert autograd_kernels.blas.backend() == "numpy"
     finally:
-        _blas.use(previous)
+        blas.use(previous)
     # MKL asked for but unusable: an error naming why, and the previous choice kept
-    monkeypatch.setattr(_blas._State, "tried", True)
-    monkeypatch.setattr(_blas._State, "lib", None)
-    monkeypatch.setattr(_blas._State, "why_not", "the mkl package is not installed")
-    before = _blas._requested()
+    monkeypatch.setattr(blas._State, "tried", True)
+    monkeypatch.setattr(blas._State, "lib", None)
+    monkeypatch.setattr(blas._State, "why_not", "the mkl package is not installed")
+    before = blas._requested()
     with pytest.raises(RuntimeError, match="MKL cannot be used: the mkl package is not installed"):
-        _blas.use("mkl")
-    assert _blas._requested() == before
+        blas.use("mkl")
+    assert blas._requested() == before
     for value, expect in [("bogus", "REFOPT_GEMM='bogus': expected one of auto, numpy, mkl"),
                           ("numpy", "numpy (REFOPT_GEMM=numpy)")]:
-        run = subprocess.run([sys.executable, "-c", "from refopt import _blas; print(_blas.describe())"],
+        run = subprocess.run([sys.executable, "-c", "from refopt.fast import blas; print(blas.describe())"],
                              env=dict(os.environ, REFOPT_GEMM=value, PYTHONPATH=ROOT), capture_output=True,
                              text=True, timeout=300)
         assert expect in run.stdout + run.stderr, run.stderr
@@ -301,8 +301,8 @@ def test_choice_through_use_and_the_environment(monkeypatch):
 def test_a_numba_on_another_threading_layer_keeps_numpy(tmp_path):
     """MKL's threads and numba's must be one OpenMP pool: with numba set to its workqueue layer, 'auto'
     falls back to NumPy and says why, and 'mkl' is an error naming the reason; the products still run."""
-    code = ("import numpy as np; from refopt import _blas; print(_blas.describe()); "
-            "a = np.ones((3, 4)); print(_blas.matmul(a, a.T)[0, 0])")
+    code = ("import numpy as np; from refopt.fast import blas; print(blas.describe()); "
+            "a = np.ones((3, 4)); print(blas.matmul(a, a.T)[0, 0])")
     for gemm in ("auto", "mkl"):
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                              env=dict(os.environ, REFOPT_GEMM=gemm, NUMBA_THREADING_LAYER="workqueue",
@@ -326,41 +326,41 @@ def test_inputs_mkl_must_not_take_go_to_numpy(backend):
     frozen = np.zeros((2, 2))
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
-        _blas.matmul(a, b, out=frozen)
+        blas.matmul(a, b, out=frozen)
     np.testing.assert_array_equal(frozen, 0)
     for dt in (">f8", ">f4"):
-        got = _blas.matmul(a.astype(dt), b.astype(dt))
+        got = blas.matmul(a.astype(dt), b.astype(dt))
         np.testing.assert_array_equal(got, [[3, 3], [12, 12]])
 
     class Sub(np.ndarray):
         pass
 
-    assert type(_blas.matmul(a.view(Sub), b)) is Sub
+    assert type(blas.matmul(a.view(Sub), b)) is Sub
     rng = np.random.default_rng(7)                           # a stack's transposed right operand: not copied
     a3, bt = rng.standard_normal((4, 3, 5)), rng.standard_normal((4, 2, 5)).swapaxes(-1, -2)
-    assert type(_blas.matmul(a3, bt.view(Sub))) is Sub       # (the copy NumPy's path makes would drop the type)
+    assert type(blas.matmul(a3, bt.view(Sub))) is Sub       # (the copy NumPy's path makes would drop the type)
 
 
 def test_use_takes_the_names_as_the_environment_does():
-    previous = _blas.use(" NumPy ")
+    previous = blas.use(" NumPy ")
     try:
-        assert _blas.backend() == "numpy"
+        assert blas.backend() == "numpy"
     finally:
-        _blas.use(previous)
+        blas.use(previous)
 
 
 _FORK = """
 import sys, multiprocessing as mp, numpy as np
 sys.path[:0] = [{root!r}]
-from refopt import _blas
-from refopt.autograd import _kernels
+from refopt.fast import blas
+from refopt.fast import autograd_kernels
 from refopt.models import gpt
 cfg = gpt.GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=2, n_embd=64)
 p = gpt.init(cfg, 0, np.float32)
 r = np.random.default_rng(3)
 x, y = r.integers(0, 29, (16, 16)), r.integers(0, 29, (16, 16))
 def loss(_):
-    return float(gpt.loss(p, x, y, cfg)), _blas.describe(), _blas.one_pool()
+    return float(gpt.loss(p, x, y, cfg)), blas.describe(), blas.one_pool()
 parent = loss(0)
 assert parent[1].startswith("mkl") and parent[2], parent
 with mp.get_context("fork").Pool(2) as pool:
@@ -385,7 +385,7 @@ def test_a_child_forked_after_mkl_ran_computes_the_same_bits():
 def test_cli_bad_refopt_gemm_is_a_user_error_and_writes_nothing(tmp_path, monkeypatch, capsys):
     from refopt.cli import main
     monkeypatch.setenv("REFOPT_GEMM", "bogus")
-    monkeypatch.setattr(_blas._State, "requested", None)
+    monkeypatch.setattr(blas._State, "requested", None)
     out = tmp_path / "run"
     tiny = ["--model", "mlp", "--steps", "3", "--hidden", "8", "--no-progress"]
     assert main(["train", "--out", str(out), *tiny]) == 2
@@ -402,13 +402,13 @@ def test_resuming_on_another_blas_warns_and_records_both(tmp_path, capsys):
     from refopt.cli import main
     out = tmp_path / "run"
     tiny = ["--model", "mlp", "--steps", "6", "--hidden", "8", "--no-progress"]
-    previous = _blas.use("mkl")
+    previous = blas.use("mkl")
     try:
         assert main(["train", "--out", str(out), "--stop-after", "3", *tiny]) == 0
-        _blas.use("numpy")
+        blas.use("numpy")
         assert main(["train", "--resume", str(out)]) == 0
     finally:
-        _blas.use(previous)
+        blas.use(previous)
     assert "warning: the run was started with matrix products 'mkl (" in capsys.readouterr().err
     products = json.loads((out / "config.json").read_text())["matrix_products"]
     assert products.startswith("mkl (") and products.endswith(", then from step 4: numpy (REFOPT_GEMM=numpy)")
@@ -452,7 +452,7 @@ def test_strict_branch_tries_the_named_branches(auto, accepts, branch, calls):
     with the strict flag, which MKL accepts on an AMD CPU but does not honour (negative control: the fake
     accepts them, and they are not taken)."""
     lib = _FakeMKL(auto, accepts)
-    got, why = _blas._strict_branch(lib)
+    got, why = blas._strict_branch(lib)
     assert (got, lib.calls) == (branch, calls)
     if branch is None:
         assert why == ("MKL refused strict reproducible mode on its AVX512_E1, AVX512, AVX2 branches "
@@ -465,28 +465,28 @@ def test_strict_branch_checks_the_setting_is_in_force():
     """MKL_CBWR_Set returning success is not enough: the setting read back (MKL_CBWR_Get(MKL_CBWR_ALL)) must
     carry the branch and the strict flag."""
     lib = _FakeMKL(12, {12 | STRICT, 10 | STRICT}, reports=12)       # strict flag dropped
-    got, why = _blas._strict_branch(lib)
+    got, why = blas._strict_branch(lib)
     assert got is None and "AVX512 (accepted, but MKL then reports the setting 0xc)" in why, why
-    assert _blas._strict_branch(_FakeMKL(12, {12 | STRICT, 10 | STRICT}, reports=12 | STRICT)) == ("AVX512", "")
+    assert blas._strict_branch(_FakeMKL(12, {12 | STRICT, 10 | STRICT}, reports=12 | STRICT)) == ("AVX512", "")
 
 
 def _unused_mkl(monkeypatch, installed=True, requested="auto"):
-    """_blas's state as where the mkl package is installed but refused (or not installed)."""
+    """The state of refopt.fast.blas where the mkl package is installed but refused (or not installed)."""
     for k, v in dict(requested=requested, tried=True, lib=None, installed=installed, noticed=False,
                      why_not="MKL refused it here").items():
-        monkeypatch.setattr(_blas._State, k, v)
+        monkeypatch.setattr(blas._State, k, v)
 
 
 def test_notice_is_one_line_once_and_only_where_mkl_is_installed(monkeypatch):
     _unused_mkl(monkeypatch)
-    line = _blas.notice()
+    line = blas.notice()
     assert line == ("refopt: the mkl package is installed but not used: MKL refused it here. Matrix products run "
                     "on NumPy's BLAS (REFOPT_GEMM=numpy chooses it and silences this line).")
-    assert _blas.notice() == ""                              # once per process
+    assert blas.notice() == ""                              # once per process
     _unused_mkl(monkeypatch, installed=False)                # the lean install: nothing to say
-    assert _blas.notice() == ""
+    assert blas.notice() == ""
     _unused_mkl(monkeypatch, requested="numpy")              # NumPy chosen: nothing to say
-    assert _blas.notice() == ""
+    assert blas.notice() == ""
 
 
 def test_train_says_once_that_mkl_is_unused_and_records_why(monkeypatch, tmp_path, capsys):

@@ -18,6 +18,7 @@ from refopt.rules.adam import Adam, AdamW
 from refopt import gpt_labels
 from refopt.rules.partition import Partition, matrix_labels
 from refopt.rules.sgd import SGD
+from refopt.serialize import rule_from_json
 
 
 def _params(seed=0, dtype=np.float64):
@@ -143,8 +144,12 @@ def test_gpt_labels_function_is_stored_by_name(tmp_path):
     p = {"wte": np.ones((3, 2)), "blocks": [{"attn": {"w_q": np.ones((2, 2))}, "attn_norm": np.ones(2)}]}
     save(tmp_path / "c", p, refopt.init(rule, p), rule)
     assert read_metadata(tmp_path / "c")["rule"]["fields"]["labels"] == \
-        {"__function__": ["refopt", "gpt_labels"]}
+        {"__function__": ["refopt.labels", "gpt_labels"]}
     assert load(tmp_path / "c").rule.labels is gpt_labels
+    # the name under which it is also exported (and which earlier checkpoints store) resolves to it too
+    stored = read_metadata(tmp_path / "c")["rule"]
+    stored["fields"]["labels"] = {"__function__": ["refopt", "gpt_labels"]}
+    assert rule_from_json(stored).labels is gpt_labels
 
 
 def test_user_function_cannot_be_saved_but_rule_none_works(tmp_path):

@@ -1,4 +1,4 @@
-"""Checkpoints fail cleanly whatever is in the file (issue 10, section 1).
+"""Checkpoints fail cleanly whatever is in the file.
 
 Systematic: every byte of a tiny checkpoint flipped (all the zip and npy structure, a sample of the JSON
 text), every truncation, every key and list item of the metadata removed, and crafted files (absurd

@@ -1,5 +1,5 @@
-"""The command lines of issue 11: refopt crosscheck --impl/--rule, refopt invariants, refopt golden export
---rule; exit statuses 0 / 1 / 2 / 3; no option abbreviations."""
+"""The command lines that check a user's own optimizer: refopt crosscheck --impl/--rule, refopt invariants,
+refopt golden export --rule; exit statuses 0 / 1 / 2 / 3; no option abbreviations."""
 import json
 import os
 import textwrap

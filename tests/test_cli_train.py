@@ -34,7 +34,7 @@ def test_mlp_train_writes_files_and_learns(tmp_path, capsys):
     assert len(cfg["task"]["data_sha256"]) == 64
     assert cfg["final"]["test_acc"] > 0.8
     assert "numpy" in cfg["versions"]
-    assert cfg["matrix_products"].split(" ")[0] in ("mkl", "numpy")   # which BLAS multiplied (refopt._blas)
+    assert cfg["matrix_products"].split(" ")[0] in ("mkl", "numpy")   # which BLAS multiplied (refopt.fast.blas)
     png = (out / "loss.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     printed = capsys.readouterr().out
@@ -67,7 +67,7 @@ def test_float64_run(tmp_path):
     (["--steps", "0"], "--steps must be >= 1"),
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--beta1", "1.5", "--optimizer", "adam"], "error: --beta1 must be in [0, 1), got 1.5"),
-    # the rule's error names the option that set the field, not the field (review2 finding 12)
+    # the rule's error names the option that set the field, not the field
     (["--optimizer", "muon", "--lr", "-1"], "error: --lr must be >= 0, got -1.0"),
     (["--optimizer", "muon", "--adam-lr", "-1"], "error: --adam-lr must be >= 0, got -1.0"),
     (["--optimizer", "muon", "--muon-momentum", "1.5"], "error: --muon-momentum must be in [0, 1), got 1.5"),
@@ -305,8 +305,8 @@ def test_compare_runs_are_the_train_runs_of_their_own_options(tmp_path):
 ])
 def test_compare_refuses_a_bad_option_before_training_anything(tmp_path, capsys, monkeypatch, options, needle):
     """An option for none of the listed rules, or a bad value only the last rule uses, exits 2 with one line
-    before any run trains (fit never called) and before --out is created (the old compare trained the first
-    rules, then failed). Negative control (run by hand): building each rule only when its turn comes trains
+    before any run trains (fit never called) and before --out is created (not after training the first
+    rules). Negative control (run by hand): building each rule only when its turn comes trains
     the first rule before the last one's bad value is seen, and the fit check fails."""
     from refopt.cli import train
 
@@ -319,7 +319,7 @@ def test_compare_refuses_a_bad_option_before_training_anything(tmp_path, capsys,
     assert fitted == [] and not out.exists()
 
 
-def test_train_alone_still_refuses_an_option_its_optimizer_does_not_use(tmp_path, capsys):
+def test_train_alone_also_refuses_an_option_its_optimizer_does_not_use(tmp_path, capsys):
     for argv, needle in ((["--optimizer", "schedulefree-adamw", "--schedule", "wsd"], "--schedule does not apply"),
                          (["--optimizer", "adamw", "--momentum", "0.5"], "--momentum does not apply")):
         assert main(["train", *argv, "--out", str(tmp_path / "t"), *CMP_TINY]) == 2

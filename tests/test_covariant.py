@@ -224,12 +224,12 @@ def test_covariant_muon_matches_oracle_on_the_muon_direction():
     assert rel_err(x, ref) <= 1e-12
 
 
-# --- regression: tiny directions, non-finite parameters --------------------------------------------------
+# --- edge cases: tiny directions, non-finite parameters -------------------------------------------------
 
 @pytest.mark.parametrize("dtype,tiny", [(np.float64, 1e-310), (np.float32, 1e-42)])
 @pytest.mark.parametrize("norm", ["fro", "rms", lambda a: float(np.max(np.abs(a)))])
 def test_tiny_subnormal_direction_gives_relative_step(dtype, tiny, norm):
-    # lr*||W||/||u|| overflows (float64; float32 once cast): it used to give [-inf, nan, nan, -inf]
+    # lr*||W||/||u|| overflows (float64; float32 once cast): taken naively it gives [-inf, nan, nan, -inf]
     W = np.ones((2, 2), dtype)
     g = np.diag([tiny, tiny]).astype(dtype)
     assert g[0, 0] != 0

@@ -23,7 +23,7 @@ def test_preset_table_is_well_formed():
         else:
             p.make_rule()                 # constructs without error
     assert all(p.expect_fail for p in MISCONFIGURED) and not any(p.expect_fail for p in PRESETS)
-    # every peer rule named in the issue has a row
+    # every peer rule of docs/crosscheck.md has a row
     need = {"torch.SGD", "torch.Adam", "torch.AdamW", "torch.Muon", "torch.Muon(match_rms_adamw)", "optax.sgd",
             "optax.adam", "optax.adamw", "optax.nadam", "optax.contrib.muon", "optax.contrib.schedule_free_sgd",
             "optax.contrib.schedule_free_adamw", "optax.ema", "schedulefree.SGDScheduleFreeReference",
@@ -51,7 +51,7 @@ def test_select_filters_and_rejects_unknown_names():
     assert len(select("all", misconfigured=True)) == len(PRESETS) + len(MISCONFIGURED)
     with pytest.raises(ValueError, match="against"):
         select("jax")
-    with pytest.raises(ValueError, match="unknown rule family 'adagrad'"):   # ('lion' is a family now)
+    with pytest.raises(ValueError, match="unknown rule family 'adagrad'"):   # ('lion' is a family)
         select("all", ["adagrad"])
     assert {p.family for p in select("all", ["lion", "clip"])} == {"lion", "clip"}
     assert "nadam" in FAMILIES

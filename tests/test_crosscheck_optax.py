@@ -1,4 +1,4 @@
-"""refopt against optax (CONVENTIONS.md 2): every optax preset at the issue-5 tolerances (elementwise,
+"""refopt against optax (CONVENTIONS.md 2): every optax preset at the cross-check tolerances (elementwise,
 NAdam and Schedule-Free within rel 1e-12 in float64, Muon within 1e-10; optax's float32-evaluated
 Schedule-Free warmup within 1e-6), no gaps left, the wrong presets caught. JAX float64 is enabled by
 the adapter. Skipped when optax is not installed (CI installs it)."""
@@ -101,7 +101,7 @@ def test_ema_is_the_debiased_average_of_the_iterates():
     """PITFALLS B16 numbers through optax.ema fed iterates 10, 10, 4 with decay 0.9: 10, 10, 7.78597..."""
     import jax
     import optax
-    with jax.enable_x64(True):   # the adapters scope x64 (issue 11): a direct optax call scopes it too
+    with jax.enable_x64(True):   # the adapters scope x64: a direct optax call scopes it too
         ema = optax.ema(0.9, debias=True)
         s = ema.init(np.zeros(1))
         outs = []

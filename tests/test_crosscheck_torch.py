@@ -1,4 +1,4 @@
-"""refopt against torch.optim (CONVENTIONS.md 1): every torch preset at the issue-5 tolerances, the
+"""refopt against torch.optim (CONVENTIONS.md 1): every torch preset at the cross-check tolerances, the
 deliberately wrong presets caught, and the PITFALLS B02 / B05 numbers reproduced by both sides.
 Skipped (with the reason) when torch is not installed; CI installs torch==2.13.0."""
 import numpy as np

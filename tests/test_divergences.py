@@ -1,4 +1,4 @@
-"""The divergence atlas (issue 15, docs/divergences.md): every entry, run once per test session, still
+"""The divergence atlas (docs/divergences.md): every entry, run once per test session, still
 diverges in the pinned peer versions (so that a peer's fix is noticed and the atlas updated), and each
 side is still reproduced by its refopt preset; negative controls (a swapped preset, a vanished
 divergence) must be caught; the command's exit status and JSON. Entries whose peer is not installed
@@ -45,7 +45,7 @@ def test_entry_still_diverges_and_each_side_is_reproduced(results, name):
     assert all(r.peers[p] for p in r.peers)      # the versions are recorded
 
 
-def test_the_issues_entries_are_all_there():
+def test_the_documented_entries_are_all_there():
     need = {"nadam-momentum-decay", "schedule-free-warmup", "schedule-count", "muon-conv-scale", "ema-start",
             "clip-eps", "muon-bf16", "muon-scale", "trust-ratio-zero-norm", "adam-eps-placement",
             "adamw-decay-coupling", "sgd-dampening-first-step", "nesterov-forms"}

@@ -11,7 +11,8 @@ import pytest
 import refopt
 import refopt.autograd as ag
 from refopt.models import gpt
-from refopt.autograd import _kernels, check_grads, value_and_grad
+from refopt.autograd import check_grads, value_and_grad
+from refopt.fast import autograd_kernels
 
 TOL = {np.float64: 1e-12, np.float32: 1e-5}
 
@@ -90,7 +91,7 @@ def test_negative_control_wrong_swiglu_vjp(monkeypatch):
         dz[:, :F] = g * z[:, F:] * sig
         dz[:, F:] = g * z[:, :F] * sig
 
-    monkeypatch.setattr(_kernels, "_swiglu_bwd", wrong)
+    monkeypatch.setattr(autograd_kernels, "_swiglu_bwd", wrong)
     _, errs = fused_vs_reference(tiny(), np.float64)
     assert max(errs.values()) > 1e-3
 
@@ -100,7 +101,7 @@ def test_negative_control_wrong_softmax_vjp(monkeypatch):
         dP *= scale * P
         return dP
 
-    monkeypatch.setattr(_kernels, "causal_softmax_vjp_par_", wrong)
+    monkeypatch.setattr(autograd_kernels, "causal_softmax_vjp_par_", wrong)
     _, errs = fused_vs_reference(tiny(), np.float64)
     assert max(errs.values()) > 1e-3
 
@@ -195,9 +196,10 @@ _THREADS_SCRIPT = """
 import sys, numba, numpy as np
 sys.path[:0] = [{root!r}]
 import refopt
-from refopt.autograd import _kernels, value_and_grad
+from refopt.autograd import value_and_grad
+from refopt.fast import autograd_kernels
 from models import gpt
-_kernels.parallel_builds = True
+autograd_kernels.parallel_builds = True
 cfg = gpt.GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, ffn_hidden=24, init_std=0.3,
                     qk_norm=True)
 p = gpt.init(cfg, 0, np.float32)
@@ -226,7 +228,7 @@ def test_parallel_build_same_bits_for_any_thread_count(tmp_path, monkeypatch):
     subprocess.run([sys.executable, "-c", _THREADS_SCRIPT.format(root=root, path=path)], env=env, check=True,
                    timeout=600)
     got = np.load(path)
-    monkeypatch.setattr(_kernels, "parallel_builds", False)
+    monkeypatch.setattr(autograd_kernels, "parallel_builds", False)
     cfg = gpt.GPTConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16, ffn_hidden=24, init_std=0.3,
                         qk_norm=True)
     p = gpt.init(cfg, 0, np.float32)
@@ -295,7 +297,7 @@ def test_neg_gate_is_numpy_negative_bitwise(dtype):
     z = r.standard_normal((37, 10)).astype(dtype)
     z[0, :5] = [0.0, -0.0, np.inf, -np.inf, np.nan]
     want = np.negative(z[:, :5])
-    for build in (_kernels._neg_gate.serial, _kernels._neg_gate.parallel):
+    for build in (autograd_kernels._neg_gate.serial, autograd_kernels._neg_gate.parallel):
         out = np.empty((37, 5), dtype)
         build(z, out)
         assert out.tobytes() == want.tobytes()

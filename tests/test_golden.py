@@ -47,7 +47,7 @@ def test_round_trip_manifest_and_hashes(exported):
     assert rule_from_json(m["rule"]["json"]) == _case("adamw").make_rule()
     assert m["rule"]["hyperparameters"]["weight_decay"] == 0.01
     assert m["peers"]["torch"]["constructor"] == "AdamW"
-    # optax.adamw(weight_decay=0.01) is matched by hyperparameters (issue 11); its default would be 1e-4
+    # optax.adamw(weight_decay=0.01) is matched by hyperparameters; its default would be 1e-4
     assert set(m["peers"]) == {"torch", "optax"} and m["peers"]["optax"]["kwargs"]["weight_decay"] == 0.01
     assert m["state_fields"] == ["m", "v"]
     # every array hashed as documented: sha256 of the raw C-order bytes
@@ -233,8 +233,8 @@ def _peers_missing(m):
 
 def test_committed_manifests_list_every_peer_that_reproduces_the_rule():
     """docs/golden.md: ``peers`` lists each peer optimizer that reproduces the rule, so its replay snippets
-    (man["peers"]["torch"]) work on every file golden check --against torch passes (six files lacked one,
-    found by a new-user review: KeyError in the snippet). Negative control: a file with a peer dropped."""
+    (man["peers"]["torch"]) work on every file golden check --against torch passes (a missing one is a KeyError in the
+    snippet). Negative control: a file with a peer dropped."""
     stems = golden.find(COMMITTED)
     bad = {os.path.basename(s): _peers_missing(json.load(open(s + ".json"))) for s in stems}
     assert not any(bad.values()), {k: v for k, v in bad.items() if v}
@@ -245,8 +245,8 @@ def test_committed_manifests_list_every_peer_that_reproduces_the_rule():
 
 
 def test_a_function_hyperparameter_is_written_by_name_not_address():
-    """A Partition's labels function was written as its repr (a memory address), so no two exports of the
-    same rule gave the same manifest; now its dotted name, in the committed file too."""
+    """A Partition's labels function is written as its dotted name, in the committed file too (its repr, a
+    memory address, would give two exports of the same rule different manifests)."""
     from refopt.rules.partition import matrix_labels
 
     assert golden._plain(matrix_labels) == "refopt.rules.partition.matrix_labels"

@@ -342,7 +342,7 @@ def test_nested_base_rules_are_checked_too():
         Hyperball(Covariant(SGD(), lr=0.1, schedule=lambda t: 1.0), lr=0.1)
 
 
-# --- regression: tiny / huge directions, non-finite parameters, NaN-propagating norm --------------------
+# --- edge cases: tiny / huge directions, non-finite parameters, NaN-propagating norm -------------------
 
 def _unit_dir(g):
     """g / ||g||_F computed without overflow (divide by max|g| first), in float64."""
@@ -353,7 +353,7 @@ def _unit_dir(g):
 @pytest.mark.parametrize("dtype,tiny", [(np.float64, 1e-310), (np.float32, 1e-42),
                                         (np.float32, 3e38)])     # huge u: the factor would be subnormal
 def test_tiny_subnormal_direction_gives_relative_step(dtype, tiny):
-    # lr*R/||u|| overflows (float64; float32 once cast): it used to turn the step into nan
+    # lr*R/||u|| overflows (float64; float32 once cast): the step must be finite, not nan
     W = np.ones((2, 2), dtype)
     g = np.diag([tiny, tiny]).astype(dtype)
     assert g[0, 0] != 0

@@ -284,7 +284,7 @@ def test_newton_schulz_acts_on_singular_values_by_the_scalar_map(seed, shape, co
         assert 0.6818 <= out.min() and out.max() <= 1.2024
 
 
-# --- regression: huge inputs to the SVD, diverging coefficients, rtol validation -----------------------
+# --- edge cases: huge inputs to the SVD, diverging coefficients, rtol validation ----------------------
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("method", ["svd", "newton_schulz"])
@@ -349,8 +349,8 @@ def test_newton_schulz_many_equals_the_loop_and_the_oracle():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_quintic_factor_rounds_as_the_three_numpy_passes(dtype):
-    """P <- c P + b A + a I in one numba pass: bitwise the NumPy passes it replaced (P *= c; T = A * b;
-    P += T; diagonal += a), so msign's bits did not change. Negative control: the same polynomial rounded
+    """P <- c P + b A + a I in one numba pass: bitwise the three NumPy passes (P *= c; T = A * b;
+    P += T; diagonal += a). Negative control: the same polynomial rounded
     otherwise (c (P + (b / c) A) + a I) differs in some entries, so the comparison sees a reordering."""
     from refopt.linalg._msign import _quintic_factor_
 

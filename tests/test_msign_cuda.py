@@ -6,7 +6,7 @@ rest of the suite runs numba's CPU JIT in the same process; so in a normal run
 with the variable set. ``REFOPT_TEST_GPU=1 python -m pytest tests/test_msign_cuda.py`` runs them on a
 real GPU instead. Shapes are tiny (the simulator runs every thread as a Python thread); the small tile
 geometry of ``_tiles()`` makes them span several tiles, with sizes that the tiles do not divide.
-Tolerances (issue 14): float64 1e-12, float32 1e-4 (two summation orders of the same float32 iteration
+Tolerances: float64 1e-12, float32 1e-4 (two summation orders of the same float32 iteration
 already differ by 2.6e-5 on a rank-3 33x50 matrix).
 """
 import importlib.util
@@ -68,7 +68,7 @@ def _stop(ir, *a, **k):
 D.get_current_device = lambda: _Dev()
 NR.find_closest_arch = lambda cc: cc
 NV.compile_ir = NV.llvm_to_ptx = _stop
-from refopt.linalg import _cuda_kernels as K
+from refopt.fast import cuda_kernels as K
 for dt, name, tiles in [(float32, "float32", (128, 8, 8, 256)), (float64, "float64", (128, 8, 8, 256)),
                         (float32, "small", (64, 8, 4, 256))]:
     k = K.build("float32" if name == "small" else name, *tiles)
@@ -105,18 +105,18 @@ def test_importing_refopt_does_not_import_numba_cuda():
 
 
 def test_cuda_backend_without_numba_cuda_says_what_to_install(monkeypatch):
-    from refopt.linalg import _msign_cuda
+    from refopt.fast import msign_cuda
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba_cuda" else real(name, *a))
     with pytest.raises(ImportError, match=r'pip install "refopt\[cuda\]"'):
         refopt.msign(np.eye(3), backend="cuda")
     with pytest.raises(ImportError, match=r'pip install "refopt\[cuda\]"'):
         newton_schulz(np.eye(3), ns_coefficients("jordan", 5), backend="cuda")
-    assert _msign_cuda.INSTALL_HINT == 'pip install "refopt[cuda]"'
+    assert msign_cuda.INSTALL_HINT == 'pip install "refopt[cuda]"'
 
 
 def test_auto_tiles_fills_the_gpu():
-    from refopt.linalg._msign_cuda import DEFAULT_TILES, SMALL_TILES, auto_tiles
+    from refopt.fast.msign_cuda import DEFAULT_TILES, SMALL_TILES, auto_tiles
     assert auto_tiles(4096, 4096) == auto_tiles(16384, 4096) == DEFAULT_TILES     # 1024 blocks of 128^2
     assert auto_tiles(1024, 1024) == auto_tiles(768, 3072) == SMALL_TILES        # 64 / 144 blocks: too few
     assert auto_tiles(1024, 1024, batch=8) == DEFAULT_TILES
@@ -176,8 +176,8 @@ def test_cpu_stack_is_each_matrix_on_its_own():
 
 # ---- device tests (simulator subprocess, or a GPU with REFOPT_TEST_GPU=1) -----------------------------
 def _mc():
-    from refopt.linalg import _msign_cuda
-    return _msign_cuda
+    from refopt.fast import msign_cuda
+    return msign_cuda
 
 
 def _tiles():

@@ -314,9 +314,9 @@ def _run_tree(rule, x, grads, inplace):
 @pytest.mark.parametrize("inplace", [False, True])
 def test_many_leaves_match_the_oracle_leaf_by_leaf(inplace, chunk, monkeypatch):
     if chunk is not None:
-        import refopt.rules.muon as mu
+        import refopt.fast.walk as fast_walk
 
-        monkeypatch.setattr(mu, "CHUNK_ELEMENTS", chunk)
+        monkeypatch.setattr(fast_walk, "CHUNK_ELEMENTS", chunk)
     x, grads = _tree(4)
     rule = Muon(lr=0.05, momentum=0.9, weight_decay=0.2, schedule=lambda t: 1.0 / t)
     got, state = _run_tree(rule, {k: v.copy() for k, v in x.items()}, grads, inplace)
@@ -344,16 +344,16 @@ def test_many_leaves_equal_the_leaf_by_leaf_step_bitwise():
 def test_many_leaves_results_in_the_wrong_order_are_caught(monkeypatch):
     """Negative control: a newton_schulz_many that returns the results of same-shaped matrices swapped (the
     mix-up a sort by cost could make) fails the leaf-by-leaf oracle comparison above."""
-    import refopt.rules.muon as mu
+    import refopt.fast.walk as fast_walk
 
-    real = mu.newton_schulz_many
+    real = fast_walk.newton_schulz_many
 
     def swapped(Gs, *a, **k):
         out = real(Gs, *a, **k)
         out[0], out[1] = out[1], out[0]
         return out
 
-    monkeypatch.setattr(mu, "newton_schulz_many", swapped)
+    monkeypatch.setattr(fast_walk, "newton_schulz_many", swapped)
     with pytest.raises(AssertionError):
         test_many_leaves_match_the_oracle_leaf_by_leaf(False, None, monkeypatch)
 
@@ -421,9 +421,9 @@ def test_many_leaves_keep_a_subclass_update_leaf(inplace, monkeypatch):
     Partition and ClipByGlobalNorm do), not by the batched passes, which would bypass it. Negative
     control: without the override check the batched passes step the plain Muon and the test fails."""
     _subclass_keeps_its_step(inplace)
-    import refopt.rules.muon as mu
+    import refopt.fast.walk as fast_walk
 
-    monkeypatch.setattr(mu, "overrides", lambda *a: False)
+    monkeypatch.setattr(fast_walk, "overrides", lambda *a: False)
     with pytest.raises(AssertionError):
         _subclass_keeps_its_step(inplace)
 
@@ -455,7 +455,7 @@ def test_many_leaves_restore_the_blas_threads_after_newton_schulz_fails(monkeypa
 
     monkeypatch.setattr(ms, "newton_schulz", fails)
     # the pool's threadpoolctl controller knows the libraries loaded when it was made; a fresh one also
-    # knows MKL when an earlier test loaded it (refopt._blas), as _blas_counts does
+    # knows MKL when an earlier test loaded it (refopt.fast.blas), as _blas_counts does
     monkeypatch.setattr(ms._Pool, "controller", None)
     with threadpool_limits(limits=2, user_api="blas"):
         assert set(_blas_counts()) == {2}
@@ -633,7 +633,7 @@ def test_many_leaves_extra_memory_is_bounded_by_the_chunk(monkeypatch):
     (copies of every momentum, input and result at once) is caught."""
     import tracemalloc
 
-    import refopt.rules.muon as mu
+    import refopt.fast.walk as fast_walk
 
     rng = np.random.default_rng(9)
     x = {f"w{i}": rng.standard_normal((64, 64)) for i in range(24)}
@@ -651,11 +651,11 @@ def test_many_leaves_extra_memory_is_bounded_by_the_chunk(monkeypatch):
         tracemalloc.stop()
         return p
 
-    monkeypatch.setattr(mu, "CHUNK_ELEMENTS", 2 * 64 * 64)
+    monkeypatch.setattr(fast_walk, "CHUNK_ELEMENTS", 2 * 64 * 64)
     chunked = peak()
-    monkeypatch.setattr(mu, "CHUNK_ELEMENTS", 1 << 30)
+    monkeypatch.setattr(fast_walk, "CHUNK_ELEMENTS", 1 << 30)
     whole = peak()
-    monkeypatch.setattr(Muon, "update_leaves", refopt.core.Rule.update_leaves)
+    monkeypatch.setattr(fast_walk, "_BATCHED", [b for b in fast_walk._BATCHED if b[0] is not Muon])
     leaf_by_leaf = peak()
     # a chunk: copies of m, M_t and O_t of two matrices, and the Newton-Schulz buffers of two threads
     assert chunked < leaf_by_leaf + 0.75 * tree_bytes

@@ -1,5 +1,5 @@
-"""refopt.models imports from a checkout and from an installed copy, and a user's models.py does not
-break refopt (issue 10, section 3).
+"""refopt.models imports from an editable checkout and from an installed copy, pyproject lists every
+package, and a user's models.py does not break refopt.
 
 The installed-copy test builds a wheel of a copy of the sources (``pip wheel --no-deps
 --no-build-isolation``: no network, about 10-20 s) and imports from the unpacked wheel, which is what
@@ -27,7 +27,9 @@ def _run(code: str, cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_checkout_shim_points_at_the_models_folder():
+def test_the_checkout_maps_refopt_models_onto_the_models_folder():
+    """The editable install's package map (README), not a shim: refopt/ has no models/ of its own."""
+    assert not (ROOT / "refopt" / "models").exists()
     import refopt.models
     import refopt.models.gpt
     import refopt.models.mlp
@@ -85,6 +87,22 @@ def test_installed_copy_ships_refopt_models_and_no_top_level_models(tmp_path):
     assert r.stdout.splitlines()[1] == "(3, 2)"
 
 
+def test_pyproject_lists_every_package():
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "refopt").rglob("__init__.py")}
+    assert listed == found | {"refopt.models"}
+
+
+def test_no_exec_in_the_library():
+    """refopt runs no source text of its own: every module is imported (AST scan of refopt/ and models/)."""
+    import ast
+    hits = [f"{p.relative_to(ROOT)}:{n.lineno}" for d in ("refopt", "models") for p in (ROOT / d).rglob("*.py")
+            for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("exec", "eval")]
+    assert hits == []
+
+
 def _top_level_models_imports(source: str) -> list[int]:
     """Line numbers of ``import models...`` / ``from models... import`` in ``source``."""
     import ast
@@ -103,7 +121,7 @@ def _top_level_models_imports(source: str) -> list[int]:
 def test_refopt_never_imports_the_checkout_only_top_level_models():
     """Installed, the models are refopt.models; a top-level ``models`` exists only in a checkout (where the
     tests run), so an import of it inside refopt works here and fails for every pip user (refopt.testing's
-    GPT property did). Negative control: the check finds such an import in a sample source."""
+    GPT property imports the GPT: it must use refopt.models). Negative control: the check finds such an import in a sample source."""
     found = {str(p.relative_to(ROOT)): _top_level_models_imports(p.read_text(encoding="utf-8"))
              for p in (ROOT / "refopt").rglob("*.py")}
     assert not {k: v for k, v in found.items() if v}

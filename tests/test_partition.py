@@ -263,7 +263,7 @@ def test_gpt_partition_with_muon_steps_hidden_only():
 def test_mlp_labels_first_and_last_to_adamw():
     mlp = pytest.importorskip("refopt.models.mlp")
     params = mlp.init(0, [6, 5, 4, 4, 3])
-    # the default labels the input layer 'hidden', as `refopt train --model mlp` does (issue: API and CLI agree)
+    # the default labels the input layer 'hidden', as `refopt train --model mlp` does (API and CLI agree)
     assert [lay["w"] for lay in mlp_labels(params)["layers"]] == ["hidden", "hidden", "hidden", "other"]
     labels = mlp_labels(params, first="other")
     assert [lay["w"] for lay in labels["layers"]] == ["other", "hidden", "hidden", "other"]

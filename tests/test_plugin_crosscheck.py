@@ -225,7 +225,7 @@ def test_a_nan_from_the_implementation_is_named_not_ranked_among_variants():
 
 
 def test_dtype_as_numpy_type_or_name():
-    """dtype takes 'float32', np.float32 or np.dtype('float32') alike (only the name was accepted), in
+    """dtype takes 'float32', np.float32 or np.dtype('float32') alike (not only the name), in
     check_impl and in invariants; anything else is a ValueError naming the choices."""
     from refopt.crosscheck.plugin import dtype_name
 

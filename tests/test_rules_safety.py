@@ -65,8 +65,8 @@ _FOREIGN = textwrap.dedent(r"""
                     unchanged = all(np.array_equal(a, b) for a, b in zip(T.leaves(p), T.leaves(before)))
                     res = "raised" if unchanged else "raised after writing"
                 out[f"{case.name} / {what} / {fn}"] = res
-    # the case of the issue: a leaf that init_leaf refuses (all zero under Hyperball) with a state made for
-    # a 64-element leaf: the check must still run (it used to be skipped, and update_ wrote past the end)
+    # a leaf that init_leaf refuses (all zero under Hyperball) with a state made for a 64-element leaf: the
+    # size check must run here too (without it, update_ would write past the end)
     hb = refopt.Hyperball(refopt.SGD(momentum=0.9), lr=0.1)
     st = refopt.init(hb, np.ones(64))
     for fn in ("update", "update_"):
@@ -412,8 +412,9 @@ def test_an_infinite_param_stays_infinite_and_the_state_finite_without_weight_de
         np.testing.assert_allclose(got, want_state[peer], rtol=1e-15, atol=0)
 
 
-def test_the_old_unconditional_decay_term_is_what_the_test_catches():
-    """Negative control: the previous arithmetic g + 0 * x makes the moment NaN at an infinite x."""
+def test_an_unconditional_decay_term_is_what_the_test_catches():
+    """Negative control: the arithmetic g + 0 * x (a decay term added even when the decay is 0) makes the
+    moment NaN at an infinite x."""
     with np.errstate(invalid="ignore"):
         m = 0.9 * 0.0 + 0.1 * (1.0 + 0.0 * _INF_X[0])
     assert not np.isfinite(m)

@@ -481,8 +481,8 @@ def test_step_equals_x_minus_lr_gamma_u():
 @pytest.mark.parametrize("rule", [Adam(lr=0.1), AdamW(lr=0.1), SGD(lr=0.1, momentum=0.9)], ids=["adam", "adamw", "sgd"])
 def test_fortran_ordered_params_update_and_direction(rule):
     # a transposed (Fortran-ordered) parameter must give the same numbers as its C-ordered copy.
-    # Fails today: init_leaf uses zeros_like (keeps F order), the kernels call .reshape(-1) on the state
-    # and on direction's np.empty_like(x) output, which copies an F-ordered array, so the writes are lost.
+    # the hazard: zeros_like and empty_like keep F order, and .reshape(-1) of an F-ordered array is a copy,
+    # so a kernel writing through it would lose its writes (state and direction's output).
     rng = np.random.default_rng(12)
     xc = rng.standard_normal((3, 4))
     xf = np.asfortranarray(xc)

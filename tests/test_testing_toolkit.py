@@ -87,7 +87,7 @@ def test_theory_table_families_and_a_wrong_entry_is_caught():
     for prop in ("gradient_scale_invariance", "permutation_equivariance", "orthogonal_equivariance"):
         wrong = {**exp, prop: not exp[prop]}
         assert [b[0] for b in _theory_vs_measured(lion, wrong)] == [prop]
-    clip = refopt.ClipByGlobalNorm(refopt.Adam(lr=0.1), max_norm=30.0)   # the old entry: scale invariant
+    clip = refopt.ClipByGlobalNorm(refopt.Adam(lr=0.1), max_norm=30.0)   # a wrong entry: scale invariant
     assert [b[0] for b in _theory_vs_measured(clip, {**expected(clip), "gradient_scale_invariance": True})] \
         == ["gradient_scale_invariance"]
 
@@ -122,8 +122,8 @@ def test_invariants_report_torch_adam_and_wrong_claim():
 
 
 def test_invariants_property_selection_checked_before_any_work():
-    """properties=[] or a misspelt name ran nothing and exited 0; now a ValueError naming the known
-    properties, raised before anything runs (the implementation here raises if it is ever called); one
+    """properties=[] or a misspelt name is a ValueError naming the known properties (never a run that
+    checks nothing and exits 0), raised before anything runs (the implementation here raises if it is ever called); one
     name as a str is one property; a report without rows prints instead of crashing."""
     class Untouchable:
         def init(self, params):
@@ -280,8 +280,8 @@ def test_msign_equivariance_and_its_negative_control():
 
 
 def test_table_puts_long_not_applicable_reasons_below_it():
-    """A long 'n/a (why)' made the table ~220 characters wide (new-user review): the cell says n/a [k] and
-    the reason follows the table, numbered; short cells stay inline."""
+    """A long 'n/a (why)' inline would make the table ~220 characters wide: the cell says n/a [k] and the
+    reason follows the table, numbered; short cells stay inline."""
     from refopt.testing.properties import InvariantsReport, Outcome
 
     why = "a torch implementation receives converted copies (torch steps in place by design)"

@@ -1,4 +1,4 @@
-"""The fast tree walk (issue 9): many small leaves stepped in one compiled call, validation cached against
+"""The fast tree walk (:mod:`refopt.fast.walk`): many small leaves stepped in one compiled call, validation cached against
 the identity and layout of the params and state, the gradient check in one pass per packed buffer.
 
 What must hold whatever the walk caches: the same bits as stepping each leaf alone (and as the equations,
@@ -18,6 +18,7 @@ import pytest
 
 import refopt
 from refopt.core import cast_context
+from refopt.fast.many import StepMany
 from refopt.kernels import PARALLEL_MIN_SIZE
 from oracles import adam_reference, sgd_reference
 
@@ -121,7 +122,7 @@ def test_negative_control_shifted_packing_is_caught():
     c = cast_context(rule.context(1, None)[0], np.float32, "Adam")
     for arrays, st in ((good, starts), (bad, [o + 1 for o in starts])):
         states = [rule.init_leaf(x, "") for x in arrays]
-        rule.kernel().many(arrays, g, st, states)(c)
+        StepMany(rule.kernel(), arrays, g, st, states)(c)
     assert not all(np.array_equal(a, b) for a, b in zip(good, bad))
     for x, o, want in zip(xs, starts, good):
         x = x.copy()
@@ -372,7 +373,8 @@ def test_in_place_step_allocates_nothing_proportional_to_the_params(layout):
 def test_any_bad_many_matches_count_bad_across_chunk_boundaries():
     """The whole-tree check reads in chunks of COUNT_CHUNK elements (one compiled call): bad elements at
     both sides of a chunk boundary, in empty and tiny arrays and with per-array bounds, are all found."""
-    from refopt.kernels import COUNT_CHUNK, any_bad_many, count_bad
+    from refopt.fast.many import any_bad_many
+    from refopt.kernels import COUNT_CHUNK, count_bad
 
     rng = np.random.default_rng(0)
     sizes = (0, 1, 5, COUNT_CHUNK, COUNT_CHUNK + 1, 3 * COUNT_CHUNK + 7, 3 * COUNT_CHUNK + 7, 2 * COUNT_CHUNK)
@@ -402,7 +404,7 @@ def test_whole_tree_checks_name_the_first_bad_leaf_in_tree_order():
     """The gradient checks of update/update_ (packed buffers), direction and ClipByGlobalNorm, and the
     weight check of Hyperball, read the tree in one pass per dtype and name the first bad leaf in tree
     order, not in dtype-group order; nothing is written. Negative control: the group order names 'c' (the
-    float32 group comes first), as the walk did before this test."""
+    float32 group comes first)."""
     from refopt.kernels import bad_leaves
 
     def tree(a, b, c):

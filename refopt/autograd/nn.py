@@ -6,21 +6,21 @@ residual_linear (x + h @ w: an output projection and its residual add).
 Each is one primitive with a hand-written VJP, faster and more stable than
 composing the pointwise ops, and each has its own finite-difference test; the model-level ones are also
 checked against the unfused composition of elementary primitives (``models.gpt.loss(..., fused=False)``,
-tests/test_fused.py). The row-wise work runs in numba kernels (``_kernels``), the matrix products in BLAS.
+tests/test_fused.py). The row-wise work runs in numba kernels (``refopt.fast.autograd_kernels``), the matrix
+products in BLAS (``refopt.fast.blas``).
 Like every primitive they return plain ndarrays when no input is a traced node. All keep the input dtype.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import _blas
-from . import _kernels
+from ..fast import autograd_kernels, blas
 from .core import Node
 
 #: the products (MKL on the fused kernels' OpenMP threads when installed, else NumPy's BLAS); the attention's
 #: stacks of small products too (MKL's strided batches over the batch axis, one call per head, reading the
 #: heads in place)
-_gemm = _blas.matmul
+_gemm = blas.matmul
 
 
 def _shifted(z: np.ndarray, axis: int) -> np.ndarray:
@@ -103,7 +103,7 @@ def cross_entropy(logits, targets, ignore_index: int | None = None):
     m = np.max(z2, axis=1)
     e = z2 - m[:, None]
     np.exp(e, out=e)                                          # NumPy's SIMD exp
-    _kernels._xent_rows(e, z2, t_safe, valid, m, lse, per_row)   # row sums in float64, in index order
+    autograd_kernels._xent_rows(e, z2, t_safe, valid, m, lse, per_row)   # row sums in float64, in index order
     del e
     loss = np.asarray(np.sum(per_row) / n, dtype=z.dtype)
     if not isinstance(logits, Node):
@@ -128,8 +128,8 @@ def rms_norm(x, gain=None, eps: float = 1e-6):
         r = 1 / sqrt(mean(x^2) + eps),   xhat = x * r,   y = gain * xhat   (gain omitted if None)
 
     VJP with h = g * gain: dx = r * (h - xhat * mean(h * xhat)); dgain = sum over all leading axes of
-    g * xhat. Rows are computed by a numba kernel (``_kernels.rms_norm``) that accumulates mean(x^2) and
-    mean(h * xhat) in float64. With eps = 0 an all-zero row gives inf / NaN.
+    g * xhat. Rows are computed by a numba kernel (``refopt.fast.autograd_kernels.rms_norm_fused``) that
+    accumulates mean(x^2) and mean(h * xhat) in float64. With eps = 0 an all-zero row gives inf / NaN.
     Shapes: x (..., C), gain (C,) or None. Raises ValueError on a gain of the wrong shape or eps < 0.
     """
     if eps < 0:
@@ -139,12 +139,12 @@ def rms_norm(x, gain=None, eps: float = 1e-6):
     if gv is not None and gv.shape != xv.shape[-1:]:
         raise ValueError(f"rms_norm: gain shape {gv.shape} must be ({xv.shape[-1]},)")
     gk = np.ones(xv.shape[-1], xv.dtype) if gv is None else gv
-    y, xhat, r = _kernels.rms_norm_fused(xv, gk, eps)  # fused, row-parallel; sum of squares in float64
+    y, xhat, r = autograd_kernels.rms_norm_fused(xv, gk, eps)  # fused, row-parallel; sum of squares in float64
     if not isinstance(x, Node) and not isinstance(gain, Node):
         return y
 
     def vjp(g):
-        dx, dg = _kernels.rms_norm_fused_vjp(g, gk, xhat, r, isinstance(gain, Node))
+        dx, dg = autograd_kernels.rms_norm_fused_vjp(g, gk, xhat, r, isinstance(gain, Node))
         return (dx if isinstance(x, Node) else None), dg
 
     return Node(y, (x, gain), vjp)
@@ -169,7 +169,7 @@ def embedding(table, ids):
 
     def vjp(g):
         d = np.zeros(tv.shape, dtype=g.dtype)
-        _kernels._scatter_add_rows(ids.reshape(-1), np.ascontiguousarray(g).reshape(-1, tv.shape[1]), d)
+        autograd_kernels._scatter_add_rows(ids.reshape(-1), np.ascontiguousarray(g).reshape(-1, tv.shape[1]), d)
         return (d,)
 
     return Node(out, (table,), vjp)
@@ -180,9 +180,9 @@ def attention(q, k, v, causal: bool = True, scale: float | None = None):
 
         S = scale * q k^T  (B, H, T, T),  S_ij = -inf for j > i when causal,  P = softmax(S),  out = P v
 
-    The causal mask is a selection: the fused kernel (``_kernels.causal_softmax_``) normalises each row
-    over keys j <= i only and writes P = 0 for j > i, never a finite fill, so nothing leaks (PITFALLS.md
-    B24); every causal row keeps its diagonal, so no row is NaN.
+    The causal mask is a selection: the fused kernel (``refopt.fast.autograd_kernels.causal_softmax_``)
+    normalises each row over keys j <= i only and writes P = 0 for j > i, never a finite fill, so nothing
+    leaks (PITFALLS.md B24); every causal row keeps its diagonal, so no row is NaN.
     ``scale`` defaults to 1/sqrt(hs). VJP (llm.c ``attention_backward``): dv = P^T dO, dP = dO v^T,
     dS = P * (dP - rowsum(dP * P)), dq = scale dS k, dk = scale dS^T q.
     Shapes: q, k (..., Tq, hs), v (..., Tk, hv); causal requires Tq == Tk. Returns (..., Tq, hv).
@@ -197,7 +197,7 @@ def attention(q, k, v, causal: bool = True, scale: float | None = None):
     s = dt(1 / np.sqrt(qv.shape[-1]) if scale is None else scale)
     S = qv @ np.swapaxes(kv, -1, -2)
     if causal:  # S is a fresh C-contiguous array: softmax in place over keys j <= i, P = 0 for j > i
-        P = _kernels.causal_softmax_(S, s)
+        P = autograd_kernels.causal_softmax_(S, s)
     else:
         S *= s
         S -= np.max(S, axis=-1, keepdims=True)
@@ -211,7 +211,7 @@ def attention(q, k, v, causal: bool = True, scale: float | None = None):
         dv = np.swapaxes(P, -1, -2) @ g if isinstance(v, Node) else None
         dP = g @ np.swapaxes(vv, -1, -2)
         if causal:
-            dS = _kernels.causal_softmax_vjp_(P, dP, s)
+            dS = autograd_kernels.causal_softmax_vjp_(P, dP, s)
         else:
             dS = P * (dP - np.sum(dP * P, axis=-1, keepdims=True))
             dS *= s
@@ -232,12 +232,12 @@ def swiglu(a, u):
     uv = u.value if isinstance(u, Node) else np.asarray(u, dtype=av.dtype)
     if av.shape != uv.shape:
         raise ValueError(f"swiglu: gate {av.shape} and up {uv.shape} projections must have the same shape")
-    h, sig = _kernels.swiglu(av, uv)
+    h, sig = autograd_kernels.swiglu(av, uv)
     if not (isinstance(a, Node) or isinstance(u, Node)):
         return h
 
     def vjp(g):
-        da, du = _kernels.swiglu_vjp(g, av, uv, sig)
+        da, du = autograd_kernels.swiglu_vjp(g, av, uv, sig)
         return (da if isinstance(a, Node) else None), (du if isinstance(u, Node) else None)
 
     return Node(h, (a, u), vjp)
@@ -313,7 +313,7 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
         S = q k^T / sqrt(hs),  P = softmax over keys j <= i (P_ij = 0 for j > i, a selection),  o = P v
         out = o with the heads merged back                                     (B, T, C)
 
-    q, k, v are strided views of qkv; the batched products run in BLAS (:func:`refopt._blas.matmul`: with
+    q, k, v are strided views of qkv; the batched products run in BLAS (``refopt.fast.blas.matmul``: with
     MKL, strided batches that read the heads and write the output and the cotangent of qkv in place, spread
     over its threads; with NumPy, a transposed right operand is copied first), the causal softmax and its VJP
     in a numba kernel parallel over (batch, head). Equal to :func:`attention` composed with
@@ -343,13 +343,13 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
         return a.transpose(0, 2, 1, 3)
 
     if qk_norm:   # RMSNorm over hs of each head's row: (B, T, H, hs) copies, normalised by the fused kernel
-        qn, qhat, rq = _kernels.rms_norm_fused(z5[:, :, 0], gains[0], eps)
-        kn, khat, rk = _kernels.rms_norm_fused(z5[:, :, 1], gains[1], eps)
+        qn, qhat, rq = autograd_kernels.rms_norm_fused(z5[:, :, 0], gains[0], eps)
+        kn, khat, rk = autograd_kernels.rms_norm_fused(z5[:, :, 1], gains[1], eps)
     else:
         qn, kn = z5[:, :, 0], z5[:, :, 1]
     q, k, v = heads(qn), heads(kn), heads(z5[:, :, 2])
     scale = 1 / np.sqrt(hs)
-    P = _kernels.causal_softmax_par_(_gemm(q, k.swapaxes(-1, -2)), scale)   # (B, H, T, T), fresh
+    P = autograd_kernels.causal_softmax_par_(_gemm(q, k.swapaxes(-1, -2)), scale)   # (B, H, T, T), fresh
     y = np.empty((B, T, H, hs), dt)
     _gemm(P, v, out=heads(y))
     y = y.reshape(B, T, C)
@@ -361,14 +361,15 @@ def self_attention(qkv, n_head: int, q_gain=None, k_gain=None, qk_norm: bool = F
         dO = heads(np.ascontiguousarray(g, dtype=dt).reshape(B, T, H, hs))
         dz = np.empty((B, T, 3, H, hs), dt)
         _gemm(P.swapaxes(-1, -2), dO, out=heads(dz[:, :, 2]))         # dv = P^T dO
-        dS = _kernels.causal_softmax_vjp_par_(P, _gemm(dO, v.swapaxes(-1, -2)), scale)  # scale P (dP - <dP, P>)
+        dP = _gemm(dO, v.swapaxes(-1, -2))
+        dS = autograd_kernels.causal_softmax_vjp_par_(P, dP, scale)  # scale P (dP - <dP, P>), in place on dP
         dgq = dgk = None
         if qk_norm:
             dqn, dkn = np.empty((B, T, H, hs), dt), np.empty((B, T, H, hs), dt)
             _gemm(dS, k, out=heads(dqn))
             _gemm(dS.swapaxes(-1, -2), q, out=heads(dkn))
-            dz[:, :, 0], dgq = _kernels.rms_norm_fused_vjp(dqn, gains[0], qhat, rq, traced[1])
-            dz[:, :, 1], dgk = _kernels.rms_norm_fused_vjp(dkn, gains[1], khat, rk, traced[2])
+            dz[:, :, 0], dgq = autograd_kernels.rms_norm_fused_vjp(dqn, gains[0], qhat, rq, traced[1])
+            dz[:, :, 1], dgk = autograd_kernels.rms_norm_fused_vjp(dkn, gains[1], khat, rk, traced[2])
         else:
             _gemm(dS, k, out=heads(dz[:, :, 0]))                       # dq = dS k
             _gemm(dS.swapaxes(-1, -2), q, out=heads(dz[:, :, 1]))      # dk = dS^T q
@@ -405,15 +406,15 @@ def ffn_activation(z, kind: str):
     aux = None
     if kind == "swiglu":
         aux = np.empty_like(h)
-        _kernels._neg_gate(z2, aux)              # -a (NumPy's serial negative took about as long as its exp)
+        autograd_kernels._neg_gate(z2, aux)      # -a, in parallel (NumPy's serial negative costs about its exp)
         with np.errstate(over="ignore", under="ignore"):  # exp(-a) = inf (a < -88 in float32): sigma = 0
             np.exp(aux, out=aux)                 # NumPy's SIMD exp; the kernel turns it into sigma(a)
-        _kernels._swiglu_fwd(z2, h, aux, dt(1))
+        autograd_kernels._swiglu_fwd(z2, h, aux, dt(1))
     elif kind == "reglu":
-        _kernels._reglu_fwd(z2, h)
+        autograd_kernels._reglu_fwd(z2, h)
     else:
         aux = np.empty_like(h)
-        _kernels._gelu_fwd(z2, h, aux, dt(-0.7071067811865476), dt(0.5))
+        autograd_kernels._gelu_fwd(z2, h, aux, dt(-0.7071067811865476), dt(0.5))
     h = h.reshape(zv.shape[:-1] + (F,))
     if not isinstance(z, Node):
         return h
@@ -422,11 +423,11 @@ def ffn_activation(z, kind: str):
         g2 = np.ascontiguousarray(g, dtype=zv.dtype).reshape(-1, F)
         dz = np.empty_like(z2)
         if kind == "swiglu":
-            _kernels._swiglu_bwd(g2, z2, aux, dz, dt(1))
+            autograd_kernels._swiglu_bwd(g2, z2, aux, dz, dt(1))
         elif kind == "reglu":
-            _kernels._reglu_bwd(g2, z2, dz)
+            autograd_kernels._reglu_bwd(g2, z2, dz)
         else:
-            _kernels._gelu_bwd(g2, z2, aux, dz, dt(0.3989422804014327), dt(0.5))
+            autograd_kernels._gelu_bwd(g2, z2, aux, dz, dt(0.3989422804014327), dt(0.5))
         return (dz.reshape(zv.shape),)
 
     return Node(h, (z,), vjp)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special as _special
 
-from .. import _blas
+from ..fast import blas
 from .core import Node, unbroadcast
 
 _SQRT_HALF = 0.7071067811865476          # 1/sqrt(2)
@@ -116,8 +116,8 @@ def power(a, p):
 def _mm(A, B):
     """A @ B; a stack of rows times one matrix runs as a single 2-D GEMM (faster than a batch loop)."""
     if B.ndim == 2 and A.ndim > 2:
-        return _blas.matmul(A.reshape(-1, A.shape[-1]), B).reshape(A.shape[:-1] + (B.shape[-1],))
-    return _blas.matmul(A, B)
+        return blas.matmul(A.reshape(-1, A.shape[-1]), B).reshape(A.shape[:-1] + (B.shape[-1],))
+    return blas.matmul(A, B)
 
 
 def matmul(a, b):
@@ -149,7 +149,7 @@ def matmul(a, b):
             ga = _fit(_mm(g2, np.swapaxes(B, -1, -2)), A).reshape(x.shape)
         if nb:
             if B.ndim == 2 and A.ndim > 2:
-                gb = _blas.matmul(A.reshape(-1, A.shape[-1]).T, g2.reshape(-1, g2.shape[-1]))
+                gb = blas.matmul(A.reshape(-1, A.shape[-1]).T, g2.reshape(-1, g2.shape[-1]))
             else:
                 gb = _mm(np.swapaxes(A, -1, -2), g2)
             gb = _fit(gb, B).reshape(y.shape)

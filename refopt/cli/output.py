@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import glob
 import json
 import os
 import platform
@@ -166,29 +165,6 @@ def _fmt(v):
     if isinstance(v, float):
         return repr(v)
     return v
-
-
-def plot_curves(path: str, curves: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str,
-                logy: bool = False) -> None:
-    """Line plot of named (x, y) curves into a PNG (matplotlib, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    for name, (x, y) in curves.items():
-        ax.plot(x, y, label=name, lw=1.4, marker="o" if len(x) < 30 else None, ms=3)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    if logy:
-        ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
 
 
 #: mantissas of the tick values in each decade, from coarse to fine

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import refopt
-from refopt import _blas
+from refopt.fast import blas
 from refopt.cli import diagnostics as cli_diagnostics
 from refopt.cli import optimizers, output
 from refopt.cli.tasks import GPTTask, MLPTask
@@ -221,18 +221,18 @@ def _settings(args) -> dict:
 
 
 def matrix_products() -> str:
-    """``refopt._blas.describe()``, deciding the BLAS before anything is written; REFOPT_GEMM set to a bad
+    """``refopt.fast.blas.describe()``, deciding the BLAS before anything is written; REFOPT_GEMM set to a bad
     value, or to ``mkl`` where MKL cannot be used, is a user mistake (ValueError: one line, exit status 2)."""
     try:
-        return _blas.describe()
+        return blas.describe()
     except (RuntimeError, ValueError) as e:
         raise ValueError(str(e)) from None
 
 
 def say_unused_mkl() -> None:
-    """Print :func:`refopt._blas.notice` to stderr (one line, once per process): the ``mkl`` package is
+    """Print :func:`refopt.fast.blas.notice` to stderr (one line, once per process): the ``mkl`` package is
     installed but the matrix products run on NumPy's BLAS, and why (``config.json`` records it too)."""
-    line = _blas.notice()
+    line = blas.notice()
     if line:
         print(line, file=sys.stderr)
 
@@ -395,10 +395,6 @@ def metric_columns(rows) -> list[str]:
     keys = list(dict.fromkeys(keys))
     lrs = [k for k in keys if k.startswith("lr[")]
     return ["step", "loss"] + lrs + [k for k in keys if k not in ("step", "loss") and k not in lrs]
-
-
-def periodic_keys(rows) -> list[str]:
-    return [k for k in metric_columns(rows) if k not in ("step", "loss") and not k.startswith("lr[")]
 
 
 def rule_title(rule) -> str:

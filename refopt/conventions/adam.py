@@ -99,8 +99,16 @@ class AdamOracle(Oracle):
         return x
 
 
+def ConventionAdam(lr, beta1, beta2, eps, weight_decay=0.0, decay="none", eps_mode="outside", bias="standard",
+                   nesterov=False, schedule=None, name="adam variant"):
+    """Adam with switched conventions (:class:`AdamOracle`): the restated sides of the divergence atlas."""
+    rule = Adam(lr=lr, beta1=beta1, beta2=beta2, eps=eps, schedule=schedule)
+    return AdamOracle(rule, name=name, weight_decay=weight_decay, decay=decay if weight_decay else "none",
+                      eps_mode=eps_mode, bias=bias, nesterov=nesterov)
+
+
 def variants(rule):
-    from refopt.crosscheck.variants import oracle_variant as v
+    from refopt.conventions._variants import oracle_variant as v
 
     decoupled = isinstance(rule, AdamW)
     mode = getattr(rule, "wd_mode", "decoupled")
@@ -263,7 +271,7 @@ _ADAM = ("m", "v")
 
 # ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
 def atlas_nadam():
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _preset, _rules, peer_side
 
     R = _rules()
     t1 = _preset("torch.NAdam")
@@ -290,9 +298,8 @@ def atlas_nadam():
 
 
 def atlas_adam_eps():
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _variants, peer_side, restated_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _preset, peer_side, restated_side
 
-    V = _variants()
     tp = _preset("torch.Adam")
     root = _p("optax.adam(eps=0, eps_root=1e-8)", "optax", "adam", dict(learning_rate=1e-2, eps=0.0, eps_root=1e-8),
               None)
@@ -301,11 +308,11 @@ def atlas_adam_eps():
         "eps_root), or eps-hat (TensorFlow/Keras, Kingma & Ba's efficient form)",
         (peer_side("torch", tp, source="Kingma & Ba 2015, Algorithm 1: mhat / (sqrt(vhat) + eps)"),
          peer_side("optax eps_root", root, refopt="variants.ConventionAdam(lr=0.01, eps=1e-8, eps_mode='inside')",
-                   make_refopt=lambda: V.ConventionAdam(1e-2, 0.9, 0.999, 1e-8, eps_mode="inside"),
+                   make_refopt=lambda: ConventionAdam(1e-2, 0.9, 0.999, 1e-8, eps_mode="inside"),
                    source="mhat / sqrt(vhat + eps_root)"),
          restated_side("eps-hat (TF/Keras)", "tf.keras.optimizers.Adam / Kingma & Ba section 2's efficient form: "
                        "lr sqrt(1-b2^t)/(1-b1^t) m / (sqrt(v) + eps_hat)",
-                       lambda: V.ConventionAdam(1e-2, 0.9, 0.999, 1e-8, eps_mode="hat"),
+                       lambda: ConventionAdam(1e-2, 0.9, 0.999, 1e-8, eps_mode="hat"),
                        refopt="variants.ConventionAdam(lr=0.01, eps=1e-8, eps_mode='hat')",
                        source="TensorFlow/Keras (not installed here)")),
         (Pair("optax eps_root", "torch", "final", 1e-3, what="params after 50 steps (the 1e-8 gradient leaf)"),
@@ -317,16 +324,15 @@ def atlas_adam_eps():
 
 
 def atlas_adamw_decay():
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, _variants, peer_side, restated_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _preset, _rules, peer_side, restated_side
 
     R = _rules()
     tw = _preset("torch.AdamW(wd=0.1)")                     # lr 3e-2, betas (0.9, 0.95), wd 0.1
     ow = _preset("optax.adamw(wd=0.1)")
     ind = lambda lr, wd: (lambda: R.AdamW(lr=lr, beta1=0.9, beta2=0.95, weight_decay=wd, wd_mode="independent"))
-    V = _variants()
 
-    def ind_oracle(lr, wd):      # x <- x (1 - wd) - lr u, written from the equation (refopt.crosscheck.variants)
-        return lambda: V.ConventionAdam(lr, 0.9, 0.95, 1e-8, weight_decay=wd, decay="independent")
+    def ind_oracle(lr, wd):      # x <- x (1 - wd) - lr u, written from the equation (ConventionAdam)
+        return lambda: ConventionAdam(lr, 0.9, 0.95, 1e-8, weight_decay=wd, decay="independent")
     t1 = _p("torch.AdamW(lr=1e-2)", "torch", "AdamW", dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1),
             lambda: R.AdamW(lr=1e-2, beta1=0.9, beta2=0.95, weight_decay=0.1))
     return Entry(
@@ -351,7 +357,7 @@ def atlas_adamw_decay():
 
 
 def atlas_amsgrad():
-    from refopt.crosscheck.divergences import Entry, Pair, _preset, peer_side
+    from refopt.crosscheck.atlas import Entry, Pair, _preset, peer_side
 
     return Entry(
         "amsgrad-max", "AMSGrad: torch keeps the maximum of the raw v and bias-corrects it; optax.amsgrad keeps "

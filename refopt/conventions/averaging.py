@@ -47,7 +47,7 @@ class AveragingOracle(Oracle):
 
 
 def variants(rule):
-    from refopt.crosscheck.variants import base_variants, oracle_variant as v
+    from refopt.conventions._variants import base_variants, oracle_variant as v
 
     out = []
     if isinstance(rule, EMA):
@@ -81,8 +81,7 @@ OPTAX_EMA = PeerMapping("optax.ema", "optax", "ema", dict(debias=True, momentum=
 # ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
 def atlas_ema():
     from dataclasses import replace
-    from refopt.crosscheck.divergences import (Entry, Pair, _p, _preset, _rules, _torch_averaged, peer_side,
-                                               restated_side)
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _preset, _rules, _torch_averaged, peer_side, restated_side
 
     R = _rules()
     base = dict(lr=0.05, momentum=0.9)

@@ -39,7 +39,7 @@ class ClipOracle(Oracle):
 
 
 def variants(rule):
-    from refopt.crosscheck.variants import base_variants, oracle_variant as v
+    from refopt.conventions._variants import base_variants, oracle_variant as v
 
     other = 1e-6 if rule.eps == 0 else 0.0
     return [v(rule, f"clipping eps {other:g}", "N + 1e-6 in the factor (torch's clip_grad_norm_) vs N (optax)",
@@ -70,7 +70,7 @@ TORCH = PeerMapping("torch.nn.utils.clip_grad_norm_ + torch.optim.SGD", "torch",
 
 # ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
 def atlas_clip():
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _rules, _torch_clipped, peer_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _rules, _torch_clipped, peer_side
 
     R = _rules()
     tp = _p("torch.SGD", "torch", "SGD", dict(lr=0.1), lambda: R.ClipByGlobalNorm(R.SGD(lr=0.1), max_norm=1.0,

@@ -63,8 +63,15 @@ class TrustRatioThenMomentum(Oracle):
         return x - scalar(self.rule.lr, d) * s["b"]
 
 
+def TrustRatioOneAtZero(rule):
+    """Covariant with optax's zero-norm convention (:class:`CovariantOracle` with ``zero_ratio_one``): the step
+    is -lr ratio u with ratio = ||x||/||u||, and 1 when either norm is 0."""
+    from refopt.conventions import oracle
+    return oracle(rule, name="trust ratio 1 at a zero norm", zero_ratio_one=True)
+
+
 def variants(rule):
-    from refopt.crosscheck.variants import Variant, base_variants, oracle_variant as v
+    from refopt.conventions._variants import Variant, base_variants, oracle_variant as v
 
     out = base_variants(rule)
     if rule.schedule is None and rule.norm == "fro":
@@ -134,11 +141,10 @@ _ZERO_WHY = ("the MLP and GPT have zero-initialised biases: at a zero norm optax
 # ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
 def atlas_lamb_zero():
     import numpy as np
-    from refopt.crosscheck.divergences import (Entry, Pair, SEED, STEPS, _p, _rules, _variants, make_problem,
-                                               peer_side, restated_side)
+    from refopt.crosscheck.atlas import Entry, Pair, SEED, STEPS, _p, _rules, peer_side, restated_side
+    from refopt.crosscheck.problems import make_problem
 
     R = _rules()
-    V = _variants()
 
     def leaves():
         prob = make_problem("stream", np.float64, SEED)
@@ -157,9 +163,9 @@ def atlas_lamb_zero():
         "trust-ratio-zero-norm", "LAMB / LARS at a zero norm: optax's trust ratio is 1 (a zero array moves by "
         "-lr u); refopt's Covariant makes no step",
         (peer_side("optax.lamb", lamb, refopt="variants.TrustRatioOneAtZero(Covariant(Adam(eps=1e-6), lr=0.01))",
-                   make_refopt=lambda: V.TrustRatioOneAtZero(cov_l()), source="You et al. 2019 code: ratio 1 at 0"),
+                   make_refopt=lambda: TrustRatioOneAtZero(cov_l()), source="You et al. 2019 code: ratio 1 at 0"),
          peer_side("optax.lars", lars, refopt="variants.TrustRatioOneAtZero(Covariant(SGD(weight_decay=0.001), "
-                   "lr=0.01))", make_refopt=lambda: V.TrustRatioOneAtZero(cov_s()), source="ratio 1 at 0"),
+                   "lr=0.01))", make_refopt=lambda: TrustRatioOneAtZero(cov_s()), source="ratio 1 at 0"),
          restated_side("Covariant(Adam)", "the ELR form (post 000, eq. elr-u): a zero weight has ELR 0", cov_l,
                        source="post 000"),
          restated_side("Covariant(SGD)", "the ELR form (post 000, eq. elr-g)", cov_s, source="post 000")),

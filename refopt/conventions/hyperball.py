@@ -35,7 +35,7 @@ class HyperballOracle(Oracle):
 
 
 def variants(rule):
-    from refopt.crosscheck.variants import base_variants
+    from refopt.conventions._variants import base_variants
     return base_variants(rule)
 
 

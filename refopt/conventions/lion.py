@@ -38,7 +38,7 @@ class LionOracle(Oracle):
 
 
 def variants(rule):
-    from refopt.crosscheck.variants import oracle_variant as v
+    from refopt.conventions._variants import oracle_variant as v
 
     out = [v(rule, "sign of the updated momentum", "u = sign(m_t) with m_t = b2 m + (1 - b2) g (the momentum "
              "updated before the sign: Lion's interpolation b1 missing)", order="momentum_first")]
@@ -73,7 +73,7 @@ OPTAX = PeerMapping("optax.lion", "optax", "lion", dict(b1=0.9, b2=0.99, mu_dtyp
 
 # ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
 def atlas_lion_default():
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side, restated_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _preset, _rules, peer_side, restated_side
 
     R = _rules()
     ol = _p("optax.lion", "optax", "lion", dict(learning_rate=1e-2), lambda: R.Lion(lr=1e-2, weight_decay=1e-3))

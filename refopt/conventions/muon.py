@@ -1,5 +1,8 @@
 """Muon (refopt/rules/muon.py) to torch.optim.Muon (torch's (out, in) layout: the rule on the transposes;
-Newton-Schulz in bfloat16 there) and optax.contrib.muon (CONVENTIONS.md 1.3, 2.4, 3.1)."""
+Newton-Schulz in bfloat16 there) and optax.contrib.muon (CONVENTIONS.md 1.3, 2.4, 3.1).
+
+Moonlight's SGD-sum momentum g + mu*b equals the standard Nesterov input divided by (1 - mu), so it agrees
+with eps_mode='none' exactly in direction."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -61,7 +64,7 @@ class MuonOracle(Oracle):
 
 
 def variants(rule):
-    from refopt.crosscheck.variants import TransposedRule, Variant, rule_variant as rv, try_replace as _try
+    from refopt.conventions._variants import TransposedRule, Variant, rule_variant as rv, try_replace as _try
 
     out = [Variant("layout transposed", "the rule applied to W^T: torch's (out, in) layout read as refopt's "
                    "(in, out) or the reverse (the shape scale flips on non-square matrices)",
@@ -178,7 +181,7 @@ _M = ("m",)
 def atlas_muon_4d():
     import math
     import numpy as np
-    from refopt.crosscheck.divergences import Entry, Pair, SEED, STEPS, _rules, restated_side
+    from refopt.crosscheck.atlas import Entry, Pair, SEED, STEPS, _rules, restated_side
 
     R = _rules()
     # refopt's (kh, kw, fan_in, fan_out); torch (out, in, kh, kw): (6, 2, 5, 3) and PITFALLS B07's (64, 1, 3, 3)
@@ -219,7 +222,7 @@ def atlas_muon_4d():
 
 
 def atlas_muon_bf16():
-    from refopt.crosscheck.divergences import Entry, Pair, _preset, peer_side, restated_side
+    from refopt.crosscheck.atlas import Entry, Pair, _preset, peer_side, restated_side
 
     t = _preset("torch.Muon")
     t_state = replace(t, name="torch.Muon(state)")
@@ -243,7 +246,7 @@ def atlas_muon_bf16():
 def atlas_muon_scale():
     import math
     from dataclasses import replace
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side, restated_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _preset, _rules, peer_side, restated_side
 
     R = _rules()
     t_orig = _p("torch.Muon(original)", "torch", "Muon", dict(lr=0.02, weight_decay=0.0),
@@ -289,7 +292,7 @@ def atlas_muon_scale():
 
 def atlas_muon_nesterov():
     from dataclasses import replace
-    from refopt.crosscheck.divergences import Entry, Pair, _preset, _rules, peer_side, restated_side
+    from refopt.crosscheck.atlas import Entry, Pair, _preset, _rules, peer_side, restated_side
 
     R = _rules()
     from refopt.crosscheck.presets import MUON_OPTAX

@@ -35,7 +35,7 @@ class RMSpropOracle(Oracle):
 
 
 def variants(rule):
-    from refopt.crosscheck.variants import oracle_variant as v
+    from refopt.conventions._variants import oracle_variant as v
     return [v(rule, "eps inside the sqrt", "g / sqrt(v + eps) (TensorFlow's RMSprop)", eps_mode="inside")]
 
 

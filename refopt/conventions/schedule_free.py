@@ -69,7 +69,7 @@ class ScheduleFreeOracle(Oracle):
 
 
 def variants(rule):
-    from refopt.crosscheck.variants import oracle_variant as v
+    from refopt.conventions._variants import oracle_variant as v
 
     out = [v(rule, "warmup lag flipped", "the z step uses the warmup of the previous step (optax#1744) or not",
              warmup_lag=not rule.warmup_lag)] if rule.warmup_steps else []
@@ -146,7 +146,7 @@ _SGD, _ADAMW = ("z", "x"), ("z", "x", "v")
 
 # ---- the divergence-atlas entries about the rule (refopt/crosscheck/divergences.py runs them) ----------
 def atlas_sf_warmup():
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _preset, _rules, peer_side
 
     R = _rules()
     o = _preset("optax.contrib.schedule_free_sgd(warmup)")
@@ -173,7 +173,7 @@ def atlas_sf_warmup():
 
 
 def atlas_sf_adamw_decay():
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _preset, _rules, peer_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _preset, _rules, peer_side
 
     R = _rules()
     fb = _p("schedulefree.AdamWScheduleFreeReference(wd)", "schedulefree", "AdamWScheduleFreeReference",

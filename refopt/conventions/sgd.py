@@ -55,8 +55,16 @@ class SGDOracle(Oracle):
         return x
 
 
+def ConventionSGD(lr, momentum=0.0, dampening=0.0, nesterov="none", weight_decay=0.0, decay="none",
+                  dampen_first=False, schedule=None, name="sgd variant"):
+    """SGD with switched conventions (:class:`SGDOracle`): the restated sides of the divergence atlas."""
+    rule = SGD(lr=lr, schedule=schedule)
+    return SGDOracle(rule, name=name, momentum=momentum, dampening=dampening, nesterov=nesterov,
+                     weight_decay=weight_decay, decay=decay, dampen_first=dampen_first)
+
+
 def variants(rule):
-    from refopt.crosscheck.variants import oracle_variant as v
+    from refopt.conventions._variants import oracle_variant as v
 
     out = []
     if rule.momentum > 0:
@@ -125,7 +133,8 @@ def atlas_schedule_values() -> list:
     """optax's schedules given their own int32 count (as inside an optimizer) vs the same formula in float64."""
     import math
     import numpy as np
-    from refopt.crosscheck.divergences import Figure, peers
+    from refopt.crosscheck import peers
+    from refopt.crosscheck.atlas import Figure
 
     optax = peers.require("optax", "optax")
     import jax.numpy as jnp
@@ -168,7 +177,7 @@ def atlas_schedule_values() -> list:
 
 
 def atlas_schedules():
-    from refopt.crosscheck.divergences import Entry, Pair, _expr, _p, _rules, _torch_lambda_lr, peer_side
+    from refopt.crosscheck.atlas import Entry, Pair, _expr, _p, _rules, _torch_lambda_lr, peer_side
 
     R = _rules()
     from refopt import schedules as S
@@ -205,10 +214,9 @@ def atlas_schedules():
 
 
 def atlas_sgd_dampening():
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _rules, _variants, peer_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _rules, peer_side
 
     R = _rules()
-    V = _variants()
     tp = _p("torch.SGD(dampening=0.9)", "torch", "SGD", dict(lr=0.05, momentum=0.9, dampening=0.9),
             lambda: R.SGD(lr=0.05, momentum=0.9, dampening=0.9), state={"b": "momentum_buffer"})
 
@@ -223,7 +231,7 @@ def atlas_sgd_dampening():
          peer_side("optax ema momentum", op, impl="optax.chain(optax.ema(0.9, debias=False), "
                    "optax.scale_by_learning_rate(0.05))",
                    refopt="variants.ConventionSGD(lr=0.05, momentum=0.9, dampening=0.9, dampen_first=True)",
-                   make_refopt=lambda: V.ConventionSGD(0.05, momentum=0.9, dampening=0.9, dampen_first=True),
+                   make_refopt=lambda: ConventionSGD(0.05, momentum=0.9, dampening=0.9, dampen_first=True),
                    source="b_t = mu b_{t-1} + (1 - mu) g_t from b_0 = 0")),
         (Pair("torch", "optax ema momentum", "final", 1e-3, what="params after 50 steps"),),
         "no paper: torch inherits Lua-torch's first-step rule (the buffer starts as g_1); the EMA form is the "
@@ -236,7 +244,9 @@ def atlas_nesterov_extra():
     itself, Bengio et al.'s reformulation) on the quadratic, closed loop; and the identity that maps one onto
     the other: torch's y_t = x_t + mu v_t."""
     import numpy as np
-    from refopt.crosscheck.divergences import Figure, SEED, STEPS, make_problem, peers
+    from refopt.crosscheck import peers
+    from refopt.crosscheck.atlas import Figure, SEED, STEPS
+    from refopt.crosscheck.problems import make_problem
 
     torch = peers.require("torch", "torch")
     import refopt
@@ -288,7 +298,7 @@ def atlas_nesterov_extra():
 
 def atlas_nesterov():
     from dataclasses import replace
-    from refopt.crosscheck.divergences import Entry, Pair, _p, _rules, peer_side
+    from refopt.crosscheck.atlas import Entry, Pair, _p, _rules, peer_side
 
     o = _p("optax.sgd(nesterov)", "optax", "sgd", dict(learning_rate=0.05, momentum=0.9, nesterov=True),
            None)

@@ -1,21 +1,22 @@
 r"""The divergence atlas: where the major implementations of an optimizer disagree, measured live
 (issue 15; docs/divergences.md).
 
-Each :class:`Entry` is one known disagreement between implementations (torch.optim, optax,
-facebookresearch/schedulefree, and a few codes that are not installable here, restated by refopt and
-marked as such). :func:`run_entry` runs every side on one gradient stream (the seeded ``stream``
-problem of :mod:`refopt.crosscheck.problems`, float64, 50 steps, open loop: every side gets the same
-gradients) and reports
+Each :class:`~refopt.crosscheck.atlas.Entry` is one known disagreement between implementations
+(torch.optim, optax, facebookresearch/schedulefree, and a few codes that are not installable here,
+restated by refopt and marked as such). :func:`run_entry` runs every side on one gradient stream (the
+seeded ``stream`` problem of :mod:`refopt.crosscheck.problems`, float64, 50 steps, open loop: every side
+gets the same gradients) and reports
 
-* the **differences** between the sides (:class:`Figure`): each is measured in that run and checked
-  against a bound that says the divergence still exists (``kind='min'``: at least this large) or that
-  two sides still agree (``kind='max'``);
-* for each **side** (:class:`Side`), the refopt configuration that reproduces it and the measured
-  reproduction error, gated at the tolerance of the existing presets (:mod:`refopt.crosscheck.presets`:
-  ``EXACT`` 1e-12 in float64 where the side computes in float64, ``OPTAX_F32_WARMUP`` 1e-6 where optax
-  computes a schedule in float32, ``MUON_TORCH_BF16`` where torch runs Newton-Schulz in bfloat16). A
-  side without an installable peer is *restated*: refopt's configuration stands in for it (checked,
-  where one exists, against an independent restatement written from the other code's equations).
+* the **differences** between the sides (:class:`~refopt.crosscheck.atlas.Figure`): each is measured in
+  that run and checked against a bound that says the divergence still exists (``kind='min'``: at least
+  this large) or that two sides still agree (``kind='max'``);
+* for each **side** (:class:`~refopt.crosscheck.atlas.Side`), the refopt configuration that reproduces
+  it and the measured reproduction error, gated at the tolerance of the existing presets
+  (:mod:`refopt.crosscheck.presets`: ``EXACT`` 1e-12 in float64 where the side computes in float64,
+  ``OPTAX_F32_WARMUP`` 1e-6 where optax computes a schedule in float32, ``MUON_TORCH_BF16`` where torch
+  runs Newton-Schulz in bfloat16). A side without an installable peer is *restated*: refopt's
+  configuration stands in for it (checked, where one exists, against an independent restatement written
+  from the other code's equations).
 
 Figures (:func:`refopt.crosscheck.run.figures`, maximum over the arrays):
 
@@ -36,17 +37,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from refopt.crosscheck import peers
+from refopt.crosscheck.atlas import (SEED, STEPS, Entry, Figure, Pair, Side, _expr, _p, _preset, _rules,
+                                     _torch_averaged, _torch_clipped, _torch_lambda_lr, _torch_subclass, peer_side,
+                                     restated_side)
 from refopt.crosscheck.presets import EXACT, PEERS, PRESETS, Preset
 from refopt.crosscheck.problems import make_problem
 from refopt.crosscheck.run import Trajectory, figures, trajectory
 
-STEPS = 50
-SEED = 0
 #: the distributions whose versions are recorded (the ``peers`` extra pins them)
 VERSIONED = ("torch", "jax", "jaxlib", "optax", "schedulefree")
 
@@ -63,88 +65,6 @@ def versions() -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Side:
-    """One implementation in an entry.
-
-    label: short name used in the figures; impl: what runs (the peer call, or the code restated);
-    peer: the library ('torch' | 'optax' | 'schedulefree'), None when refopt's restatement stands in;
-    refopt: the refopt configuration (an expression) and ``make_refopt`` () -> a refopt rule or an
-    :class:`~refopt.testing.adapters.Adapter`; preset: the peer call (a :class:`Preset`, run by its adapter,
-    :func:`refopt.crosscheck.peers.preset_adapter`) unless ``make_peer`` () -> an Adapter is given;
-    observe: 'params' or the refopt state field (e.g. 'mu', EMA's average) whose trajectory is compared (the
-    peer's entry named by ``preset.state``, else of the same name);
-    tol / tol_name: the reproduction tolerance (:class:`~refopt.crosscheck.presets.Tol` figures);
-    oracle: for a restated side, () -> an Adapter written independently from the restated code's
-    equations, compared with ``make_refopt`` at ``tol``; source: whose code or paper this side follows.
-    """
-
-    label: str
-    impl: str
-    refopt: str
-    make_refopt: Callable[[], Any]
-    peer: str | None = None
-    preset: Preset | None = None
-    make_peer: Callable | None = None
-    observe: str = "params"
-    tol: dict = field(default_factory=lambda: dict(EXACT.float64))
-    tol_name: str = "EXACT"
-    oracle: Callable[[], Any] | None = None
-    source: str = ""
-
-    @property
-    def restated(self) -> bool:
-        return self.peer is None
-
-
-@dataclass(frozen=True)
-class Pair:
-    """A measured difference between two sides: ``figure`` in ('final', 'params', 'update', 'abs',
-    'state'); kind 'min' (the divergence: value >= bound) or 'max' (agreement: value <= bound)."""
-
-    a: str
-    b: str
-    figure: str
-    bound: float
-    kind: str = "min"
-    what: str = ""
-
-
-@dataclass
-class Figure:
-    between: str
-    figure: str
-    value: float
-    bound: float
-    kind: str
-    ok: bool
-    what: str = ""
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One divergence: name (the CLI's id), title, sides, pairs (the figures), ``follows`` (one line:
-    which side follows the paper or the original author's code), reference, problem options, and
-    ``extra`` (ctx -> list of Figure) for measurements that are not trajectories (e.g. a schedule's
-    values)."""
-
-    name: str
-    title: str
-    sides: tuple
-    pairs: tuple
-    follows: str
-    reference: str
-    problem: str = "stream"
-    matrix_only: bool = False
-    leaves: Callable | None = None            # () -> (paths, leaves0, grads) replacing the problem
-    extra: Callable | None = None             # () -> list[Figure]
-    extra_peers: tuple = ()
-
-    @property
-    def peers(self) -> tuple:
-        return tuple(sorted({s.peer for s in self.sides if s.peer} | set(self.extra_peers)))
-
-
 @dataclass
 class SideResult:
     label: str
@@ -277,154 +197,7 @@ def run_entry(entry: Entry) -> EntryResult:
 
 
 # ---------------------------------------------------------------------------------------------------
-# helpers building sides
-def _preset(name: str) -> Preset:
-    for p in PRESETS:
-        if p.name == name:
-            return p
-    raise KeyError(name)
-
-
-def _expr(rule) -> str:
-    from refopt.crosscheck.expr import ExprError, to_expr
-    try:
-        return to_expr(rule)
-    except ExprError:
-        return repr(rule)
-
-
-def peer_side(label: str, preset: Preset, observe="params", tol=EXACT, tol_name="EXACT", source="",
-              refopt: str | None = None, make_refopt=None, impl: str | None = None, make_peer=None) -> Side:
-    """A side run by a peer (the preset's call) and reproduced by the preset's refopt rule."""
-    make = make_refopt or preset.make_rule
-    return Side(label, impl or preset.describe_peer(), refopt or _expr(make()), make, peer=preset.peer,
-                preset=preset, make_peer=make_peer, observe=observe, tol=dict(tol.float64), tol_name=tol_name,
-                source=source)
-
-
-def restated_side(label: str, impl: str, make_refopt, refopt: str | None = None, observe="params", oracle=None,
-                  source="") -> Side:
-    """A side whose code is not an installable peer: refopt's configuration stands in for it."""
-    return Side(label, impl + " [restated by refopt]", refopt or _expr(make_refopt()), make_refopt, peer=None,
-                observe=observe, oracle=oracle, source=source)
-
-
-def _p(name, peer, ctor, kw, make_rule, **extra) -> Preset:
-    return Preset(name, peer, "atlas", (ctor, kw), make_rule, "divergence atlas", **extra)
-
-
-# ---------------------------------------------------------------------------------------------------
-# custom peer adapters (the parts a preset's call does not step: a scheduler, clipping, an averaged model): the
-# preset's torch optimizer replaced by a subclass, run by the same TorchAdapter
-def _torch_subclass(preset: Preset, subclass):
-    """() -> the preset's adapter with torch.optim.<ctor> replaced by ``subclass(torch, base class)``."""
-    def make():
-        torch = peers.require("torch", "torch")
-        return peers.preset_adapter(preset, factory=subclass(torch, getattr(torch.optim, preset.peer_call[0])))
-    return make
-
-
-def _torch_lambda_lr(preset: Preset, lam):
-    """torch.optim.<ctor> stepped with ``LambdaLR(opt, lam)`` (scheduler.step() after every opt.step())."""
-    def subclass(torch, base):
-        class WithLambdaLR(base):
-            def __init__(self, params, **kwargs):
-                super().__init__(params, **kwargs)
-                self.scheduler = torch.optim.lr_scheduler.LambdaLR(self, lam)
-
-            def step(self, closure=None):
-                loss = super().step(closure)
-                self.scheduler.step()
-                return loss
-        return WithLambdaLR
-    return _torch_subclass(preset, subclass)
-
-
-def _torch_clipped(preset: Preset, max_norm: float):
-    """``torch.nn.utils.clip_grad_norm_(params, max_norm)`` before every step of the preset's optimizer."""
-    def subclass(torch, base):
-        class Clipped(base):
-            def step(self, closure=None):
-                torch.nn.utils.clip_grad_norm_([p for g in self.param_groups for p in g["params"]], max_norm)
-                return super().step(closure)
-        return Clipped
-    return _torch_subclass(preset, subclass)
-
-
-def _torch_averaged(preset: Preset, decay: float):
-    """torch.optim.swa_utils.AveragedModel(multi_avg_fn=get_ema_multi_avg_fn(decay)) of the params, updated
-    after every step of the preset's optimizer; the averaged weights are the state entry 'mu'."""
-    def subclass(torch, base):
-        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
-        class Averaged(base):
-            def __init__(self, params, **kwargs):
-                super().__init__(params, **kwargs)
-                self.model = torch.nn.ParameterList([p for g in self.param_groups for p in g["params"]])
-                self.averaged = AveragedModel(self.model, multi_avg_fn=get_ema_multi_avg_fn(decay))
-
-            def step(self, closure=None):
-                loss = super().step(closure)
-                self.averaged.update_parameters(self.model)
-                for p, mu in zip(self.model, self.averaged.module):
-                    self.state[p]["mu"] = mu.detach().clone()
-                return loss
-        return Averaged
-    return _torch_subclass(preset, subclass)
-
-
-# ---------------------------------------------------------------------------------------------------
 # the entries
-def _variants():
-    from refopt.crosscheck import variants
-    return variants
-
-
-def _rules():
-    import refopt
-    return refopt
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _registered() -> tuple:
     """The entry builders of every conventions file (:mod:`refopt.conventions`, ``atlas=``), in file order."""
     from refopt.conventions import registry

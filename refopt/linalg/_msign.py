@@ -55,7 +55,7 @@ All arithmetic runs in the input dtype (float32 stays float32; peers run NS in b
 Both products of a step are symmetric: A = X X^T and A A = A A^T. The CPU path computes each as a BLAS
 symmetric rank-k update (numpy routes ``X @ X.T`` and ``A @ A.T`` to syrk, which computes one triangle
 and mirrors it), so a step costs about 3 m^2 n + m^3 flops instead of the plain 4 m^2 n + 2 m^3.
-``backend='cuda'`` runs the same iteration in numba-CUDA kernels (:mod:`refopt.linalg._msign_cuda`).
+``backend='cuda'`` runs the same iteration in numba-CUDA kernels (:mod:`refopt.fast.msign_cuda`).
 With ``stack=True`` leading axes are a batch of matrices, each normalised and iterated on its own.
 """
 from __future__ import annotations
@@ -147,6 +147,26 @@ def ns_scalar_map(x, coeffs="jordan", steps: int = 5) -> np.ndarray:
     return x
 
 
+#: the largest singular value a Newton-Schulz schedule may reach at any step (from (0, 1]) for Muon to
+#: accept it: the presets stay within 1.21; far above, a quintic overflows float32 (x^5 near 3.4e38)
+NS_PEAK_LIMIT = 1e6
+
+
+def check_bounded_schedule(rows) -> None:
+    """ValueError (at Muon's construction) when the schedule's scalar map (:func:`refopt.linalg.ns_scalar_map`, step
+    by step) takes a singular value of (0, 1] above :data:`NS_PEAK_LIMIT`: Muon would otherwise find the
+    divergence only at its step, after writing its momentum."""
+    x = np.concatenate([np.geomspace(1e-9, 1.0, 4001), np.linspace(0.0, 1.0, 4001)])
+    for k, (a, b, c) in enumerate(rows):
+        with np.errstate(over="ignore", invalid="ignore"):
+            x2 = x * x
+            x = a * x + (b * x2 + c * (x2 * x2)) * x
+            peak = float(np.max(np.abs(x)))
+        if not peak <= NS_PEAK_LIMIT:
+            raise ValueError(f"ns_coeffs: the Newton-Schulz schedule diverges: singular values in (0, 1] reach "
+                             f"{peak:.3g} at step {k + 1} (the presets stay within 1.21; see refopt.linalg.ns_band)")
+
+
 def ns_band(lo: float, hi: float = 1.0, coeffs="jordan", steps: int = 5, n: int = 200001) -> tuple[float, float]:
     """(min, max) of :func:`ns_scalar_map` over normalised singular values x in [lo, hi], on a grid of
     ``n`` points (geometric spacing; accurate to ~1e-6 for the presets). PITFALLS B08: the Jordan
@@ -198,8 +218,9 @@ def _normalise(G: np.ndarray, eps_mode: str, norm_eps: float, norm_factor: float
 @numba.njit(cache=True, nogil=True)
 def _quintic_factor_(P, A, a, b, c):
     """P <- c P + b A + a I in place (P holds A A on entry; a, b, c scalars of the arrays' dtype): each
-    entry rounded as (P c) + (A b), then + a on the diagonal, the order of the three NumPy passes it
-    replaced (same bits: tests/test_msign.py), in one pass and without the GIL."""
+    entry rounded as (P c) + (A b), then + a on the diagonal, the order of the three NumPy passes
+    ``P *= c; P += A * b; P[diagonal] += a`` (same bits: tests/test_msign.py), in one pass and without
+    the GIL."""
     m = P.shape[0]
     for i in range(m):
         for j in range(m):
@@ -217,8 +238,8 @@ def _newton_schulz(X: np.ndarray, rows) -> np.ndarray:
     m^2 n and m^3 flops instead of 2 m^2 n and 2 m^3. (scipy's ?syrk/?symm with alpha/beta would fold
     b and c into the calls, but OpenBLAS symm for P X measured slower than gemm.) P is formed by one
     numba pass (:func:`_quintic_factor_`): for the 112 factors of a 4-step msign of the 28 matrices of
-    ``refopt train``'s GPT (m = 128, float32) it takes 0.4 to 0.7 ms where the three NumPy passes it replaced
-    took 1.2 to 2.2 ms (two measurements), about 3 to 5% of that msign."""
+    ``refopt train``'s GPT (m = 128, float32) it takes 0.4 to 0.7 ms where the three NumPy passes take
+    1.2 to 2.2 ms (two measurements), about 3 to 5% of that msign."""
     d = X.dtype.type
     m = X.shape[0]
     A = np.empty((m, m), X.dtype)
@@ -294,9 +315,9 @@ def msign(G, method: str = "newton_schulz", coeffs="jordan", steps: int = 5, *,
     if backend == "cuda":
         if method != "newton_schulz":
             raise ValueError("backend='cuda' runs Newton-Schulz only; use method='svd' with backend='cpu'")
-        from refopt.linalg import _msign_cuda
-        return _msign_cuda.msign_cuda(G, ns_coefficients(coeffs, steps), eps_mode, norm_eps, norm_factor,
-                                      stack=stack)
+        from refopt.fast import msign_cuda
+        return msign_cuda.msign_cuda(G, ns_coefficients(coeffs, steps), eps_mode, norm_eps, norm_factor,
+                                     stack=stack)
     _check_input(G, stack)
     if method == "svd":
         tol = float(rtol) if rtol is not None else None
@@ -333,8 +354,8 @@ def newton_schulz(G, rows: Sequence[tuple[float, float, float]], eps_mode: str =
     unknown backend; ImportError/RuntimeError for backend='cuda' without numba-cuda or a GPU."""
     _check_backend(backend)
     if backend == "cuda":
-        from refopt.linalg import _msign_cuda
-        return _msign_cuda.msign_cuda(G, tuple(rows), eps_mode, norm_eps, norm_factor, stack=True)
+        from refopt.fast import msign_cuda
+        return msign_cuda.msign_cuda(G, tuple(rows), eps_mode, norm_eps, norm_factor, stack=True)
     if G.ndim > 2:
         out = np.empty(G.shape, G.dtype)
         for i in np.ndindex(G.shape[:-2]):

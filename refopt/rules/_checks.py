@@ -24,6 +24,11 @@ def positive(name: str, value) -> None:
     if finite_number(name, value) <= 0:
         raise ValueError(f"{name} must be > 0, got {value!r}")
 
+def nonnegative_int(name: str, value) -> None:
+    """A Python int >= 0 (not a bool, not a numpy integer: rules are stored as JSON in checkpoints)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+
 
 def unit_interval(name: str, value) -> None:
     """value in [0, 1)."""

@@ -1,16 +1,15 @@
 """Adam (L2 decay) and AdamW (decoupled or lr-independent decay) in torch.optim's conventions, with
-AMSGrad (torch's or optax's form) and NAdam (optax's constant-beta1 form or torch's momentum decay)."""
+AMSGrad (torch's or optax's form) and NAdam (optax's constant-beta1 form or torch's momentum decay). The
+step's arithmetic, shared by both, is in ``refopt/rules/_adam_step.py``."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-import numba
 import numpy as np
 
-from refopt.kernels import Elementwise, bad_leaves, square_bound
-from refopt.rules import _checks
+from refopt.rules import _adam_step as _step, _checks
+from refopt.rules._adam_step import ADAM as _ADAM, AMSGRAD as _AMSGRAD, NADAM as _NADAM, AdamContext  # noqa: F401
 from refopt.rules.base import ElementwiseRule
 
 
@@ -33,61 +32,6 @@ class NAdamGlobal(NamedTuple):
     """Rule-wide state of torch's NAdam (``momentum_decay`` set): mu_product = prod_{k <= t} mu_k."""
 
     mu_product: float
-
-
-class AdamContext(NamedTuple):
-    """The scalars of one step, computed in float64 (PITFALLS B01) before the cast to x's dtype."""
-
-    lr_t: float       # lr * gamma_t
-    decay: float      # multiplier of x_{t-1} from decoupled / independent weight decay (1 for none)
-    step: float       # lr_t / (1 - beta1**t); NAdam: lr_t
-    u_scale: float    # 1 / (1 - beta1**t); NAdam: 1
-    l2: float         # L2 coefficient added to g (Adam's weight_decay; 0 for AdamW)
-    beta1: float
-    omb1: float       # 1 - beta1
-    beta2: float
-    omb2: float       # 1 - beta2
-    eps: float
-    sqrt_bc2: float   # sqrt(1 - beta2**t); 1 for optax's AMSGrad (its v_max is bias-corrected already)
-    vmax_scale: float  # AMSGrad: v enters the maximum as v * vmax_scale (1 torch, 1/(1 - beta2**t) optax)
-    c_m: float        # NAdam: coefficient of m_t in the look-ahead mhat_t
-    c_g: float        # NAdam: coefficient of g_t
-
-
-@numba.njit
-def _moments(x, g, s, i, c):
-    """g_t (with L2), and m_t, v_t written into the state. The L2 term only when lambda != 0 (as torch):
-    0 * x would turn an infinite parameter into NaN in m and v."""
-    if c.l2 != 0:
-        g = g + c.l2 * x
-    m = c.beta1 * s.m[i] + c.omb1 * g
-    v = c.beta2 * s.v[i] + c.omb2 * (g * g)
-    s.m[i] = m
-    s.v[i] = v
-    return g, m, v
-
-
-@numba.njit
-def _adam(x, g, s, i, c):
-    g, m, v = _moments(x, g, s, i, c)
-    return m / (np.sqrt(v) / c.sqrt_bc2 + c.eps)
-
-
-@numba.njit
-def _amsgrad(x, g, s, i, c):
-    g, m, v = _moments(x, g, s, i, c)
-    v_max = max(s.v_max[i], v * c.vmax_scale)
-    s.v_max[i] = v_max
-    return m / (np.sqrt(v_max) / c.sqrt_bc2 + c.eps)
-
-
-@numba.njit
-def _nadam(x, g, s, i, c):
-    g, m, v = _moments(x, g, s, i, c)
-    return (c.c_m * m + c.c_g * g) / (np.sqrt(v) / c.sqrt_bc2 + c.eps)
-
-
-_ADAM, _AMSGRAD, _NADAM = Elementwise(_adam, "adam"), Elementwise(_amsgrad, "amsgrad"), Elementwise(_nadam, "nadam")
 
 
 @dataclass(frozen=True)
@@ -129,19 +73,7 @@ class _AdamBase(ElementwiseRule):
         return True
 
     def prepare(self, ctx, ss, xs, gs, paths):
-        """L2 adds lambda*x to the gradient before it is squared: with |g| below square_bound (the walk's
-        check) and lambda*|x| below it too, (g + lambda*x)**2 stays finite in v. FloatingPointError naming
-        the first leaf where lambda*|x| is not, before anything is written."""
-        l2 = float(ctx.l2)
-        if l2 > 0:
-            bad = bad_leaves(xs, [square_bound(x.dtype) / l2 for x in xs])
-            if bad:
-                k = bad[0]
-                big = l2 * float(np.max(np.abs(xs[k])))
-                raise FloatingPointError(
-                    f"{type(self).__name__}: weight_decay * |x| at {paths[k]} reaches {big:.3g}; L2 adds it to the "
-                    f"gradient, whose square would overflow {xs[k].dtype} in the second moment (it must stay "
-                    f"below {square_bound(xs[k].dtype):.3g}); lower weight_decay or use float64")
+        _step.check_l2(type(self).__name__, float(ctx.l2), xs, paths)
         return super().prepare(ctx, ss, xs, gs, paths)
 
     def _decay_and_l2(self, gamma: float, lr_t: float) -> tuple[float, float]:
@@ -151,23 +83,9 @@ class _AdamBase(ElementwiseRule):
         gamma = _checks.schedule_multiplier(self.schedule, t)
         lr_t = float(self.lr) * gamma
         decay, l2 = self._decay_and_l2(gamma, lr_t)
-        b1, b2 = float(self.beta1), float(self.beta2)
-        bc1, bc2 = 1.0 - b1 ** t, 1.0 - b2 ** t
-        step, u_scale, sqrt_bc2, vmax_scale, c_m, c_g = lr_t / bc1, 1.0 / bc1, math.sqrt(bc2), 1.0, 0.0, 0.0
-        if self.amsgrad == "bias_corrected":
-            sqrt_bc2, vmax_scale = 1.0, 1.0 / bc2
-        if self.nesterov:
-            step, u_scale = lr_t, 1.0
-            if self.momentum_decay is None:    # optax.nadam: constant beta1
-                c_m, c_g = b1 / (1.0 - b1 ** (t + 1)), (1.0 - b1) / bc1
-            else:                              # torch.optim.NAdam: mu_t = beta1 (1 - 0.96**(t psi) / 2)
-                psi = float(self.momentum_decay)
-                mu, mu_next = b1 * (1.0 - 0.5 * 0.96 ** (t * psi)), b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * psi))
-                prod = NAdamGlobal(*glob).mu_product * mu
-                c_m, c_g = mu_next / (1.0 - prod * mu_next), (1.0 - mu) / (1.0 - prod)
-                glob = NAdamGlobal(prod)
-        return AdamContext(lr_t, decay, step, u_scale, l2, b1, 1.0 - b1, b2, 1.0 - b2, float(self.eps), sqrt_bc2,
-                           vmax_scale, c_m, c_g), glob
+        prod = None if self.momentum_decay is None else NAdamGlobal(*glob).mu_product
+        ctx, prod = _step.context(self, t, lr_t, decay, l2, prod)
+        return ctx, glob if prod is None else NAdamGlobal(prod)
 
     def kernel(self):
         return _NADAM if self.nesterov else (_AMSGRAD if self.amsgrad else _ADAM)
@@ -188,8 +106,8 @@ class Adam(_AdamBase):
         \frac{m_t}{\sqrt{v_t} / \sqrt{1 - \beta_2^t} + \epsilon}
 
     eps is added after the square root of the bias-corrected v (placement "E1" of CONVENTIONS.md 0,
-    torch and optax; not TensorFlow's eps-hat). The bias corrections use the integer t and are computed in
-    float64, then cast (PITFALLS B01). The direction (:func:`refopt.direction`) is
+    torch and optax; not TensorFlow's eps-hat). The bias corrections (and NAdam's coefficients below) use the
+    integer t and are computed in float64, then cast (PITFALLS B01). The direction (:func:`refopt.direction`) is
     :math:`u_t = \hat m_t / (\sqrt{\hat v_t} + \epsilon)` with :math:`\hat m_t = m_t / (1 - \beta_1^t)`,
     :math:`\hat v_t = v_t / (1 - \beta_2^t)`.
 
@@ -197,8 +115,8 @@ class Adam(_AdamBase):
     then its bias correction: :math:`v^{\max}_t = \max(v^{\max}_{t-1}, v_t)`, denominator
     :math:`\sqrt{v^{\max}_t} / \sqrt{1 - \beta_2^t} + \epsilon`. ``"bias_corrected"`` is ``optax.amsgrad``'s:
     the maximum of the bias-corrected moment, :math:`v^{\max}_t = \max(v^{\max}_{t-1}, v_t / (1 - \beta_2^t))`,
-    denominator :math:`\sqrt{v^{\max}_t} + \epsilon`. They differ while
-    1-beta2**t grows (a large early v_t/(1-beta2**t) is remembered by optax's, not by torch's).
+    denominator :math:`\sqrt{v^{\max}_t} + \epsilon`. They differ while 1-beta2**t grows (a large early
+    v_t/(1-beta2**t) is remembered by optax's, not by torch's).
 
     ``nesterov=True`` (NAdam, Dozat 2016) replaces the bias-corrected first moment by a look-ahead mix of
     m_t and the (L2-augmented) g_t, with the same moments and denominator:
@@ -215,8 +133,7 @@ class Adam(_AdamBase):
       state), :math:`c_{m,t} = \mu_{t+1} / (1 - P_t \mu_{t+1})`, :math:`c_{g,t} = (1 - \mu_t) / (1 - P_t)`.
       The moments still use beta1. psi -> infinity gives mu_t = beta1, i.e. optax's coefficients.
 
-    The direction is :math:`u_t = (c_{m,t}\, m_t + c_{g,t}\, g_t) / (\sqrt{\hat v_t} + \epsilon)`. All
-    coefficients are computed in float64 and cast (B01).
+    The direction is :math:`u_t = (c_{m,t}\, m_t + c_{g,t}\, g_t) / (\sqrt{\hat v_t} + \epsilon)`.
 
     Args:
       lr: peak learning rate eta >= 0 (units of x: the step is about lr per coordinate).
@@ -230,12 +147,13 @@ class Adam(_AdamBase):
 
     Shapes/dtypes: any float32 / float64 array; m, v (and v_max) like x; hyperparameters cast to x's dtype.
     A gradient with ``|g| >= sqrt(max of the dtype)/2`` (9.2e18 in float32) raises FloatingPointError before
-    anything is written: its square would make v infinite and freeze the parameter.
+    anything is written: its square would make v infinite and freeze the parameter; so does an L2 term
+    weight_decay * |x| that large (it is added to g before the square).
 
     Raises:
       ValueError: for lr < 0, betas outside [0, 1), eps <= 0, weight_decay < 0, non-bool nesterov,
         an unknown amsgrad, amsgrad with nesterov, momentum_decay <= 0 or without nesterov.
-      FloatingPointError: for a gradient too large to square (above).
+      FloatingPointError: for a gradient or an L2 term too large to square (above), naming the array.
     """
 
 
@@ -256,14 +174,11 @@ class AdamW(_AdamBase):
     where lr*gamma_t*u_t' is Adam's step above. In 'independent' mode lambda is a rate per step (the EMA
     time constant is 1/(gamma_t*lambda) steps), so it transfers across learning rates.
     ``AdamW(nesterov=True)`` in decoupled mode is ``optax.nadamw``; with ``momentum_decay=psi`` it is
-    ``torch.optim.NAdam(decoupled_weight_decay=True)``.
+    ``torch.optim.NAdam(decoupled_weight_decay=True)``. The arguments not listed below are :class:`Adam`'s.
 
     Args:
-      weight_decay: lambda >= 0 (default 0.01, torch's AdamW default; in 'independent' mode lambda must
-        be <= 1).
+      weight_decay: lambda >= 0 (default 0.01, torch's AdamW default; <= 1 in 'independent' mode).
       wd_mode: ``'decoupled'`` or ``'independent'``.
-
-    The other arguments are as :class:`Adam`'s.
 
     Raises:
       ValueError: as Adam, or for an unknown wd_mode.

@@ -52,92 +52,6 @@ class ElementwiseRule(Rule):
         self.kernel().direction(u, x, g, self.kernel_state(s), ctx)
         return u, s
 
-    def update_leaves(self, casts, ss, xs, gs, paths, walk):
-        """All leaves at once: the small ones (packed gradients, :class:`refopt.core.Walk`) in one compiled
-        call per dtype, over the caller's arrays in place (:meth:`Elementwise.many`, prepared on the second
-        call with the same arrays and kept in the walk's cache; the first runs them one by one) or, for the
-        pure update, over fresh flat copies of params and state whose slices become the new leaves; the
-        large ones one by one (:meth:`update_leaf`). Same arithmetic, same bits. A subclass overriding
-        :meth:`update_leaf` or :meth:`kernel_state` gets the leaf-by-leaf walk of :class:`Rule`."""
-        if overrides(self, ElementwiseRule, "update_leaf", "kernel_state"):
-            return Rule.update_leaves(self, casts, ss, xs, gs, paths, walk)
-        groups, big = self._plan(walk)
-        big_gs = [walk.grad(gs[k]) for k in big]   # read in place: before the small leaves are written
-        out_x, out_s = list(xs), list(ss)
-        kernel = self.kernel()
-        for gi, (idx, starts) in enumerate(groups):
-            buf = walk.packed[idx[0]][0]
-            c = casts[buf.dtype]
-            if not walk.inplace:
-                self._step_copies(kernel, c, buf, idx, starts, ss, xs, gs, out_x, out_s)
-                continue
-            many = walk.cache.get(("many", gi)) if walk.cache is not None else None
-            if many is None and walk.cache is not None and walk.cache.get(("seen", gi)):
-                many = walk.cache[("many", gi)] = kernel.many(
-                    [xs[k] for k in idx], buf, starts, [self.kernel_state(ss[k]) for k in idx])
-            if many is not None and many.g is buf:
-                many(c)
-            else:   # the first call with these arrays: leaf by leaf
-                for k, o in zip(idx, starts.tolist()):
-                    kernel.step(xs[k], buf[o:o + xs[k].size], self.kernel_state(ss[k]), c)
-                if walk.cache is not None:
-                    walk.cache[("seen", gi)] = True
-        if big:   # one by one, as the default walk (their gradients are already safe to read: written=None)
-            bx, bs = Rule.update_leaves(self, casts, [ss[k] for k in big], [xs[k] for k in big], big_gs,
-                                        [paths[k] for k in big], walk._replace(written=None))
-            for k, x, s in zip(big, bx, bs):
-                out_x[k], out_s[k] = x, s
-        return out_x, out_s
-
-    @staticmethod
-    def _plan(walk):
-        """([(leaf indices, starts)] per packed buffer, indices of the unpacked leaves), cached per layout."""
-        plan = walk.layout_cache.get("plan")
-        if plan is None:
-            groups, big = {}, []
-            for k, pk in enumerate(walk.packed):
-                if pk is None:
-                    big.append(k)
-                else:
-                    entry = groups.setdefault(id(pk[0]), ([], []))
-                    entry[0].append(k)
-                    entry[1].append(pk[1])
-            plan = walk.layout_cache["plan"] = (
-                [(idx, np.array(st, dtype=np.int64)) for idx, st in groups.values()], big)
-        return plan
-
-    def _step_copies(self, kernel, c, buf, idx, starts, ss, xs, gs, out_x, out_s):
-        """The pure step of the leaves ``idx``: one flat copy per params / state field, one kernel call, the
-        new leaves are slices of the copies."""
-        sizes = [xs[k].size for k in idx]
-        ends = np.cumsum(sizes).tolist()
-        spans = list(zip([0] + ends[:-1], ends))
-        if int(starts[0]) == 0 and ends[-1] == buf.size and np.array_equal(starts[1:], ends[:-1]):
-            g = buf
-        else:
-            g = np.concatenate([gs[k] for k in idx], axis=None)
-        x = np.concatenate([xs[k] for k in idx], axis=None)
-        State = type(ss[idx[0]])
-        fields = [np.concatenate([ss[k][j] for k in idx], axis=None) for j in range(len(State._fields))]
-        kernel.step(x, g, self.kernel_state(State(*fields)), c)
-        shapes = [xs[k].shape for k in idx]
-        new_x = _split(x, spans, shapes)
-        parts = []
-        for j, f in enumerate(fields):
-            if all(ss[k][j].shape == shp for k, shp in zip(idx, shapes)):   # a field shaped like x
-                parts.append(_split(f, spans, shapes))
-            else:                     # e.g. SGD's empty buffer without momentum
-                parts.append([np.array(ss[k][j], copy=True) for k in idx])
-        for k, nx, ns in zip(idx, new_x, map(State, *parts) if parts else [State()] * len(idx)):
-            out_x[k], out_s[k] = nx, ns
-
-
-def overrides(rule: Rule, cls: type, *hooks: str) -> bool:
-    """True when ``rule``'s class redefines one of ``hooks`` of ``cls`` (a user subclass changing the per-leaf
-    step: the batched ``update_leaves`` of ``cls`` must then not bypass it)."""
-    t = type(rule)
-    return any(getattr(t, h) is not getattr(cls, h) for h in hooks)
-
 
 def rewrap(s: Any, base_state: Any) -> Any:
     """A wrapper's per-leaf state ``s`` (a NamedTuple with a field ``base``) holding ``base_state``: ``s``
@@ -240,9 +154,3 @@ class DirectionWrapper(Wrapper):
             raise ValueError(f"{type(self.base).__name__}.direction_leaf returned a direction that is not an array "
                              f"of x's shape {x.shape} and dtype {x.dtype} at {path}")
         return np.ascontiguousarray(u), sb
-
-
-def _split(flat: np.ndarray, spans: list, shapes: list) -> list:
-    """Views of ``flat`` cut at ``spans`` [(start, end)] and shaped as ``shapes``."""
-    views = [flat[a:b] for a, b in spans]
-    return [v if len(s) == 1 else v.reshape(s) for v, s in zip(views, shapes)]

@@ -8,11 +8,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refopt.core import Rule, cast_scalar
-from refopt.kernels import check_grads, square_bound
+from refopt.core import cast_scalar
+from refopt.kernels import reject_bad_grads, square_bound
 from refopt.linalg.norms import fro_norm
 from refopt.rules import _checks
-from refopt.rules.base import Wrapper, overrides, rewrap
+from refopt.rules.base import Wrapper, rewrap
 
 
 class ClipState(NamedTuple):
@@ -89,20 +89,12 @@ class ClipByGlobalNorm(Wrapper):
         sb = [s.base for s in ss]
         bounds = [square_bound(g.dtype) if self.base.squares_grads(s) else math.inf for g, s in zip(gs, sb)]
         if any(min(norm, self.max_norm) >= b for b in bounds):
-            check_grads(gs, paths, bounds, [type(self.base).__name__] * len(gs))
+            reject_bad_grads(gs, paths, bounds, [type(self.base).__name__] * len(gs))
         return self.base.prepare(ctx.base, sb, xs, gs, paths)
 
     def update_leaf(self, ctx, s, x, g, path):
         x, sb = self.base.update_leaf(ctx.base, s.base, x, g, path)
         return x, rewrap(s, sb)
-
-    def update_leaves(self, casts, ss, xs, gs, paths, walk):
-        """The base rule's ``update_leaves`` on the gradients clipped by :meth:`prepare`."""
-        if overrides(self, ClipByGlobalNorm, "update_leaf"):
-            return Rule.update_leaves(self, casts, ss, xs, gs, paths, walk)
-        nx, ns = self.base.update_leaves({dt: c.base for dt, c in casts.items()}, [s.base for s in ss], xs, gs,
-                                         paths, walk)
-        return nx, [rewrap(s, b) for s, b in zip(ss, ns)]
 
     def direction_leaf(self, ctx, s, x, g, path):
         u, sb = self.base.direction_leaf(ctx.base, s.base, x, g, path)

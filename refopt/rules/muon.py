@@ -1,7 +1,6 @@
 """Muon: momentum orthogonalised by msign, with muP / Jordan / Moonlight shape scales (post 003)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple
 
@@ -10,56 +9,10 @@ import numpy as np
 
 from refopt.core import ArraySpec, Rule, cast_scalar
 from refopt.kernels import AXPBY, Axpby, Elementwise
-from refopt.linalg._msign import (_check_norm_options, _msign_svd, newton_schulz, newton_schulz_many,
+from refopt.linalg._msign import (_check_norm_options, _msign_svd, check_bounded_schedule, newton_schulz,
                                   ns_coefficients)
 from refopt.rules import _checks
-from refopt.rules.base import overrides
-
-_SCALES = ("spectral", "jordan", "jordan_4d", "rms_match", "none")
-
-
-def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:
-    """The 2-D (fan_in, fan_out) view of a parameter in refopt's ``x @ W`` layout: the last axis is the
-    output, all leading axes are flattened into the input, fan_in = prod(shape[:-1]), fan_out = shape[-1].
-    A conv kernel in (kh, kw, in, out) "HWIO" layout (flax / optax) becomes (kh*kw*in, out). A torch
-    (out, in, kh, kw) kernel must be transposed to that layout first (PITFALLS B07)."""
-    if len(shape) < 2:
-        raise ValueError(f"matrix_shape needs ndim >= 2, got shape {shape}")
-    return int(math.prod(shape[:-1])), int(shape[-1])
-
-
-def muon_scale(shape: tuple[int, ...], scale: str = "spectral") -> float:
-    """The Muon step multiplier s for a parameter of this shape (flattened by :func:`matrix_shape`):
-
-    * ``'spectral'``:  sqrt(fan_out / fan_in)        (post 003; muP spectral condition, Yang et al. 2023)
-    * ``'jordan'``:    sqrt(max(1, fan_out / fan_in)) (KellerJordan/Muon and torch 'original' on their
-      (out, in) arrays; optax ``scale_by_shape`` on (in, out) arrays)
-    * ``'jordan_4d'``: KellerJordan/Muon's scale for 4-D conv filters, read from the 4-D shape in refopt's
-      (kh, kw, fan_in, fan_out) layout: sqrt(max(1, kh/kw)) (what its code computes from torch's
-      (out, in, kh, kw) as max(1, size(-2)/size(-1))**0.5); on a 2-D array it equals ``'jordan'``; other
-      ndims raise ValueError
-    * ``'rms_match'``: 0.2 * sqrt(max(fan_in, fan_out)) (Moonlight; torch 'match_rms_adamw'; optax
-      ``consistent_rms=0.2``): the update RMS matches AdamW's ~0.2
-    * ``'none'``:      1
-    """
-    _checks.one_of("scale", scale, set(_SCALES))
-    if scale == "jordan_4d":
-        if len(shape) == 4:
-            kh, kw = shape[0], shape[1]
-            return math.sqrt(max(1.0, kh / kw)) if kw else 1.0
-        if len(shape) != 2:
-            raise ValueError(f"scale 'jordan_4d' takes 2-D or 4-D (kh, kw, fan_in, fan_out) arrays, got shape {shape}")
-        scale = "jordan"
-    fi, fo = matrix_shape(shape)
-    if fi == 0 or fo == 0:
-        return 1.0
-    if scale == "spectral":
-        return math.sqrt(fo / fi)
-    if scale == "jordan":
-        return math.sqrt(max(1.0, fo / fi))
-    if scale == "rms_match":
-        return 0.2 * math.sqrt(max(fi, fo))
-    return 1.0
+from refopt.rules.muon_shape import _SCALES, matrix_shape, muon_scale  # noqa: F401 (re-exported)
 
 
 class MuonState(NamedTuple):
@@ -92,30 +45,6 @@ def _momentum(x, g, s, i, c):
 _MOMENTUM = Elementwise(_momentum, "muon_momentum")
 
 
-#: the most matrix elements :meth:`Muon.update_leaves` orthogonalises at once (its extra memory is about three
-#: copies of them: 96 MiB in float32); the reference GPT's hidden matrices (0.8M elements) are one chunk
-CHUNK_ELEMENTS = 1 << 23
-
-#: the largest singular value a Newton-Schulz schedule may reach at any step (from (0, 1]) for Muon to
-#: accept it: the presets stay within 1.21; far above, a quintic overflows float32 (x^5 near 3.4e38)
-NS_PEAK_LIMIT = 1e6
-
-
-def _check_bounded_schedule(rows) -> None:
-    """ValueError at construction when the schedule's scalar map (:func:`refopt.linalg.ns_scalar_map`, step
-    by step) takes a singular value of (0, 1] above :data:`NS_PEAK_LIMIT`: Muon would otherwise find the
-    divergence only at its step, after writing its momentum."""
-    x = np.concatenate([np.geomspace(1e-9, 1.0, 4001), np.linspace(0.0, 1.0, 4001)])
-    for k, (a, b, c) in enumerate(rows):
-        with np.errstate(over="ignore", invalid="ignore"):
-            x2 = x * x
-            x = a * x + (b * x2 + c * (x2 * x2)) * x
-            peak = float(np.max(np.abs(x)))
-        if not peak <= NS_PEAK_LIMIT:
-            raise ValueError(f"ns_coeffs: the Newton-Schulz schedule diverges: singular values in (0, 1] reach "
-                             f"{peak:.3g} at step {k + 1} (the presets stay within 1.21; see refopt.linalg.ns_band)")
-
-
 @dataclass(frozen=True)
 class Muon(Rule):
     r"""Muon (Jordan et al. 2024; post 003): msign of the momentum, scaled by the layer shape.
@@ -140,15 +69,9 @@ class Muon(Rule):
     (as torch, KJ, Moonlight and optax). The direction (:func:`refopt.direction`) is u_t = s * O_t (the
     scale s is included in u; Hyperball and Covariant normalise u, so it cancels there).
 
-    Layout: refopt's weights are (fan_in, fan_out) (``x @ W``), as optax's. ndim > 2 parameters are
-    flattened to (prod(shape[:-1]), shape[-1]), orthogonalised and scaled on that 2-D view, and the update
-    is returned in the original shape (PITFALLS B07). torch's Linear weight is (out, in): torch's scale on
-    its array equals refopt's on the transposed array, and msign(G^T) = msign(G)^T.
-
-    The momentum EMA and the step are numba elementwise kernels (:class:`refopt.kernels.Elementwise`);
-    msign is BLAS matmuls in x's dtype. A step over several matrices orthogonalises them on parallel
-    threads, one BLAS thread each (the BLAS is set to one thread for that time; the results of one by one
-    with a single-threaded BLAS: :meth:`update_leaves`).
+    Layout: (fan_in, fan_out) (``x @ W``), as optax; ndim > 2 is stepped on its 2-D view and returned in
+    its shape (PITFALLS B07). torch's (out, in) weight is the transpose, and msign(G^T) = msign(G)^T.
+    The momentum EMA and the step are numba elementwise kernels; msign is BLAS matmuls in x's dtype.
 
     Args:
       lr: peak learning rate eta >= 0 (with scale='spectral', the spectral norm of the step is lr*s).
@@ -170,9 +93,7 @@ class Muon(Rule):
       msign_backend: 'cpu' (default) or 'cuda' (the numba-CUDA Newton-Schulz of :func:`refopt.msign`;
         needs ``pip install "refopt[cuda]"`` and a GPU; the rest of the step stays on the CPU).
 
-    Presets: :meth:`like_torch` and :meth:`like_optax` reproduce torch.optim.Muon and optax.contrib.muon
-    (up to torch's bfloat16 Newton-Schulz). Moonlight's SGD-sum momentum g + mu*b equals the standard
-    Nesterov input divided by (1 - mu), so it agrees with eps_mode='none' exactly in direction.
+    Presets: :meth:`like_torch`, :meth:`like_optax` (refopt/conventions/muon.py).
 
     Shapes/dtypes: float32 / float64 arrays with ndim >= 2; m like x; all arithmetic in x's dtype.
 
@@ -211,7 +132,7 @@ class Muon(Rule):
             object.__setattr__(self, "_rows", ns_coefficients(self.ns_coeffs, self.ns_steps))
         except ValueError as e:
             raise ValueError(f"ns_coeffs: {e}") from None
-        _check_bounded_schedule(self._rows)
+        check_bounded_schedule(self._rows)
         if not isinstance(self.ns_coeffs, str):     # store rows as tuples: hashable, JSON-friendly
             c = self.ns_coeffs
             c = tuple(float(v) for v in c) if len(c) == 3 and not hasattr(c[0], "__len__") else \
@@ -286,8 +207,8 @@ class Muon(Rule):
         for x in xs:   # the per-array step scalars are checked before any array is written
             cast_scalar(float(ctx.lr_t) * muon_scale(x.shape, self.scale), x.dtype, "Muon.lr_t * scale", True)
         if self.msign_backend == "cuda" and self.msign != "svd" and xs:   # numba-cuda and a GPU, before writing
-            from refopt.linalg import _msign_cuda
-            _msign_cuda._cuda()
+            from refopt.fast import msign_cuda
+            msign_cuda._cuda()
         return gs
 
     def _orthogonalised(self, c: MuonContext, s: MuonState, x: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -305,49 +226,6 @@ class Muon(Rule):
         O = self._orthogonalised(ctx, s, x, g)
         AXPBY.step(x, O, (), self._step_scalars(ctx, x))
         return x, s
-
-    def update_leaves(self, casts, ss, xs, gs, paths, walk):
-        """The step of the matrices in three passes over each chunk of leaves (consecutive leaves of at most
-        :data:`CHUNK_ELEMENTS` elements in all, or one larger leaf): the momenta m_t and inputs M_t of the
-        chunk (into new arrays), msign of all its M_t at once
-        (:func:`refopt.linalg._msign.newton_schulz_many`: the matrices on parallel threads), then the writes
-        (m_t into the state, x_t). The chunks bound the extra memory to about three copies of a chunk. The
-        same arithmetic as :meth:`update_leaf` per leaf with a single-threaded BLAS (a multi-threaded BLAS
-        may round a product differently in the last bit, so a matrix stepped alone can differ there);
-        nothing of a chunk is written when one of its Newton-Schulz results is not finite (a tree within
-        one chunk: nothing at all).
-        msign='svd', msign_backend='cuda' and a subclass overriding :meth:`update_leaf` or
-        ``_orthogonalised`` (its per-leaf step, which these passes would bypass) go leaf by leaf."""
-        if (self.msign == "svd" or self.msign_backend == "cuda" or len(xs) < 2
-                or overrides(self, Muon, "update_leaf", "_orthogonalised")):
-            return super().update_leaves(casts, ss, xs, gs, paths, walk)
-        gs = [walk.grad(g) for g in gs]   # before anything is written (a later chunk reads its own after)
-        out_x, out_s = [], []
-        start = 0
-        while start < len(xs):
-            stop, size = start + 1, xs[start].size
-            while stop < len(xs) and size + xs[stop].size <= CHUNK_ELEMENTS:
-                size += xs[stop].size
-                stop += 1
-            ms, Ms = [], []
-            for x, g, s in zip(xs[start:stop], gs[start:stop], ss[start:stop]):
-                m = s._replace(m=np.array(s.m, order="C", copy=True))
-                M = np.empty(g.shape, g.dtype)
-                _MOMENTUM.direction(M, x, g, m, casts[x.dtype])
-                ms.append(m)
-                Ms.append(M.reshape(matrix_shape(g.shape)))
-            Os = newton_schulz_many(Ms, self._rows, self.eps_mode, self.norm_eps, self.norm_factor)
-            del Ms
-            for x, s, m, O in zip(xs[start:stop], ss[start:stop], ms, Os):
-                if walk.inplace:
-                    np.copyto(s.m, m.m)
-                else:
-                    x, s = np.array(x, order="C", copy=True), m
-                AXPBY.step(x, O, (), self._step_scalars(casts[x.dtype], x))
-                out_x.append(x)
-                out_s.append(s)
-            start = stop
-        return out_x, out_s
 
     def direction_leaf(self, ctx, s, x, g, path):
         O = self._orthogonalised(ctx, s, x, g)

@@ -21,7 +21,6 @@ import numpy as np
 from refopt import tree as T
 from refopt.core import Rule
 from refopt.rules import _checks
-from refopt.rules.base import overrides
 
 
 class RefoptWarning(UserWarning):
@@ -161,31 +160,6 @@ class Partition(Rule):
         x, inner = rule.update_leaf(ctx[s.label], s.inner, x, g, path)
         return x, (s if inner is s.inner else PartitionLeaf(s.label, inner))
 
-    def update_leaves(self, casts, ss, xs, gs, paths, walk):
-        """Each label's leaves handed to its rule's ``update_leaves`` together (so that an elementwise rule
-        steps its small leaves in one call); the same arithmetic as :meth:`update_leaf`."""
-        if overrides(self, Partition, "update_leaf"):
-            return Rule.update_leaves(self, casts, ss, xs, gs, paths, walk)
-        groups = walk.layout_cache.get("labels")
-        if groups is None:
-            groups = {}
-            for k, (s, p) in enumerate(zip(ss, paths)):
-                self._rule(s, p)
-                groups.setdefault(s.label, []).append(k)
-            walk.layout_cache["labels"] = groups
-        out_x, out_s = list(xs), list(ss)
-        if walk.written is not None:   # a later group may read a gradient an earlier one writes: all made
-            gs = [walk.grad(g) for g in gs]   # safe here, once, so the sub-rules need not check again
-            walk = walk._replace(written=None)
-        for label, idx in groups.items():
-            nx, ns = self.rules[label].update_leaves(
-                {dt: c[label] for dt, c in casts.items()}, [ss[k].inner for k in idx], [xs[k] for k in idx],
-                [gs[k] for k in idx], [paths[k] for k in idx], walk.sub(label, idx))
-            for k, x, inner in zip(idx, nx, ns):
-                s = ss[k]
-                out_x[k], out_s[k] = x, (s if inner is s.inner else PartitionLeaf(label, inner))
-        return out_x, out_s
-
     def direction_leaf(self, ctx, s, x, g, path):
         rule = self._rule(s, path)
         u, inner = rule.direction_leaf(ctx[s.label], s.inner, x, g, path)
@@ -238,11 +212,9 @@ class Partition(Rule):
             self.rules[label].after_init([leaves[i].inner for i in idx], [paths[i] for i in idx])
 
 
-# --- a generic labelling (the reference models give their own: refopt.models.gpt.labels, refopt.models.mlp.labels) ---
-
 def matrix_labels(path: str, x: np.ndarray) -> str:
     """``'hidden'`` for every 2-D array, ``'other'`` for the rest: the default split of
     ``optax.contrib.muon`` (CONVENTIONS.md 2.4). Note that it also sends 2-D embeddings and heads to the
-    'hidden' rule, which practitioners avoid (use the models' own labellings, ``refopt.models.gpt.labels`` /
-    ``refopt.models.mlp.labels``, for that)."""
+    'hidden' rule, which practitioners avoid (use the models' own labellings, :func:`refopt.gpt_labels` /
+    :func:`refopt.mlp_labels`, for that)."""
     return HIDDEN if x.ndim == 2 else OTHER

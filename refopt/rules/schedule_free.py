@@ -11,50 +11,45 @@ iterate z takes the plain step, and x (the weights to evaluate) is an online wei
 
 refopt follows the facebookresearch reference classes ``SGDScheduleFreeReference`` and
 ``AdamWScheduleFreeReference`` (schedulefree 1.4.1 = facebookresearch/schedule_free HEAD; CONVENTIONS.md
-section 5) operation for operation, so float64 agrees with them to rounding (~1e-15 relative):
+section 5) operation for operation, so float64 agrees with them to rounding (~1e-15 relative). What the
+two rules share is written once in ``refopt/rules/_schedule_free_step.py``.
 
 * The params the user holds (and passes to ``update``) are **y**; the per-array state holds **z** and
-  **x** (and AdamW's second moment **v**); ``refopt.eval_params`` returns the stored x, never a value
-  recomputed from (y, z) (PITFALLS B14: (y - (1-beta) z)/beta loses ~1e-7 in float32). There is no
-  train/eval mode to switch: y stays in the params, x in the state, so "eval -> train -> eval" is
-  bit-identical and a checkpoint of (params, state) resumes exactly in either "mode".
-* The rule-wide state :class:`SFGlobal` holds ``k`` (steps taken), ``weight_sum`` and ``lr_max`` (-1
-  before the first step), as the reference's param group.
-* The averaging weight of step t: gamma_t = lr * warm_t (times the optional schedule, below),
-  lr_max = max(lr_max, gamma_t), w_t = t**r * lr_max**weight_lr_power, weight_sum += w_t and
-  c_t = w_t / weight_sum, with **c_t = 0 when weight_sum = 0** (a step with lr = 0 before any non-zero
-  step: the reference's ZeroDivisionError branch; PITFALLS B12).
-* Warmup (built in, as the reference): warm_t = t / warmup_steps for t <= warmup_steps, else 1
-  (the reference's (k+1)/warmup_steps with k = t - 1).
+  **x** (and AdamW's second moment **v**); ``refopt.eval_params`` returns the stored x, never one recomputed
+  from (y, z) (PITFALLS B14: (y - (1-beta) z)/beta loses ~1e-7 in float32). There is no train/eval mode:
+  y stays in the params, x in the state, so "eval -> train -> eval" is bit-identical and a checkpoint of
+  (params, state) resumes exactly in either "mode".
+* The step size and averaging weight of step t, as the reference's param group (:class:`SFGlobal`):
+  gamma_t = (lr * schedule(t)) * warm_t, lr_max = max(lr_max, gamma_t), w_t = t**r * lr_max**weight_lr_power,
+  weight_sum += w_t and c_t = w_t / weight_sum, with **c_t = 0 when weight_sum = 0** (a step with lr = 0
+  before any non-zero step: the reference's ZeroDivisionError branch; PITFALLS B12). Warmup is built in:
+  warm_t = t / warmup_steps for t <= warmup_steps, else 1 (the reference's (k+1)/warmup_steps, k = t - 1).
+* ``schedule`` (refopt extension, default None, i.e. 1) is what the reference computes when a torch LR
+  scheduler sets the group's ``lr`` to lr * schedule(t) before step t (e.g.
+  ``LambdaLR(opt, lambda e: schedule(e + 1))``): it drives the z step *and* lr_max / the averaging weights.
+  B12's lr sequence [0, 0.1, 0.1] is lr = 0.1 with schedule [0, 1, 1].
 * ``warmup_lag`` (refopt option, default False) reproduces released optax <= 0.2.8's one-step-late inner
-  warmup (optax#1744, CONVENTIONS.md 2.5): ``optax.contrib.schedule_free_sgd/adamw(warmup_steps=W)`` evaluate
-  the warmup of the z step (the inner ``scale_by_learning_rate``, whose count starts at 0) one step late,
-  lr * warm_{t-1} with warm_0 = 0 (so the first z step is 0), while the averaging weights (outer
-  ``step_count``, from 1) use lr * warm_t as the reference. With ``warmup_lag=True`` the z step (and with
-  it AdamW's decoupled decay gamma_t*lambda; SGD's L2 term rides on the z step) uses
-  (lr * schedule(t)) * warm_{t-1}; lr_max, the weights and c_t keep warm_t. ``schedule`` is not lagged
-  (optax's wrappers take no schedule). No effect when warmup_steps = 0.
-* ``schedule`` (refopt extension, default None): gamma_t = (lr * schedule(t)) * warm_t. This is exactly what
-  the reference computes when a torch LR scheduler sets the group's ``lr`` to lr * schedule(t) before step
-  t (e.g. ``LambdaLR(opt, lambda e: schedule(e + 1))``): the scheduled value drives the z step *and*
-  lr_max / the averaging weights. B12's lr sequence [0, 0.1, 0.1] is lr = 0.1 with schedule [0, 1, 1].
+  warmup (optax#1744, CONVENTIONS.md 2.5): ``optax.contrib.schedule_free_sgd/adamw(lr, warmup_steps=W)`` is
+  ``ScheduleFreeSGD/AdamW(lr, warmup_steps=W, warmup_lag=True)``. The z step (optax's inner
+  ``scale_by_learning_rate``, counting from 0) uses (lr * schedule(t)) * warm_{t-1}, warm_0 = 0 (the first
+  z step is 0), and so does AdamW's decoupled decay gamma_t*lambda (``add_decayed_weights`` comes before
+  that scaling; SGD's L2 term rides on the z step); lr_max, the weights and c_t (the outer ``step_count``
+  counts from 1) keep warm_t. ``schedule`` is not lagged (optax's wrappers take none). Without warmup
+  (warmup_steps = 0) it has no effect, and optax agrees with the reference.
 
 Not implemented: the memory-efficient non-reference classes (which keep y and z only and differ in
 rounding), ``AdamWScheduleFreeReference``'s ignored ``foreach``, HEAD's ``inner_momentum`` (default 0;
-absent from the 1.4.1 release), ScheduleFree+ (CONVENTIONS 5.3). optax's ``contrib.schedule_free``
-agrees with this reference at constant lr; with warmup it needs ``warmup_lag=True`` (above).
+absent from the 1.4.1 release), ScheduleFree+ (CONVENTIONS 5.3).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-import numba
 import numpy as np
 
-from refopt.core import ArraySpec, Rule
-from refopt.kernels import Elementwise
-from refopt.rules import _checks
+from refopt.rules import _checks, _schedule_free_step as _step
+from refopt.rules._schedule_free_step import SF_ADAMW as _SF_ADAMW, SF_SGD as _SF_SGD, SFContext  # noqa: F401
 
 
 class SFGlobal(NamedTuple):
@@ -64,26 +59,6 @@ class SFGlobal(NamedTuple):
     k: int
     weight_sum: float
     lr_max: float
-
-
-class SFContext(NamedTuple):
-    """The scalars of one step, in float64 (cast to the array dtype by the walk)."""
-
-    lr_t: float         # the z step size (logged as the lr of the step)
-    lr: float           # the z step size: gamma_t = (lr * schedule(t)) * warm_t (warm_{t-1} with warmup_lag)
-    c: float            # averaging coefficient c_t (0 when weight_sum = 0)
-    omc: float          # 1 - c_t
-    beta: float         # interpolation beta (SGD) / beta1 (AdamW)
-    ombeta: float       # 1 - beta
-    use_wd: bool        # weight_decay != 0
-    weight_decay: float  # lambda (SGD's L2 at y)
-    lr_wd: float        # gamma_t * lambda (AdamW's decoupled decay)
-    decay_at_z: bool
-    beta2: float        # AdamW only (0 for SGD)
-    omb2: float
-    bc2: float          # 1 - beta2**t (AdamW only; 1 for SGD)
-    eps: float
-    neg_lr: float       # -gamma_t
 
 
 class SFSGDState(NamedTuple):
@@ -101,61 +76,8 @@ class SFAdamWState(NamedTuple):
     v: np.ndarray
 
 
-def _warm(t: int, warmup_steps: int) -> float:
-    return t / warmup_steps if t <= warmup_steps else 1.0
-
-
-def _warm_lagged(t: int, warmup_steps: int) -> float:
-    """optax <= 0.2.8's inner warmup at update t: warm_{t-1} (0 at t = 1); 1 without warmup."""
-    return _warm(t - 1, warmup_steps) if warmup_steps > 0 else 1.0
-
-
 @dataclass(frozen=True)
-class _SFBase(Rule):
-    def _check_common(self):
-        _checks.nonnegative("lr", self.lr)
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
-        _checks.nonnegative("r", self.r)
-        _checks.nonnegative("weight_lr_power", self.weight_lr_power)
-        _checks.nonnegative("weight_decay", self.weight_decay)
-        _checks.schedule(self.schedule)
-        _checks.boolean("warmup_lag", self.warmup_lag)
-
-    def init_global(self) -> SFGlobal:
-        return SFGlobal(0, 0.0, -1.0)
-
-    def _averaging(self, t: int, glob: SFGlobal) -> tuple[float, float, SFGlobal]:
-        """(z step size, c_t, new global state): the reference's step-size, lr_max and weight bookkeeping.
-        The z step size is gamma_t, or with ``warmup_lag`` (lr * schedule(t)) * warm_{t-1}."""
-        if not isinstance(glob, SFGlobal):
-            glob = SFGlobal(*glob)  # e.g. a plain tuple/list from a checkpoint
-        scaled = self.lr * _checks.schedule_multiplier(self.schedule, t)
-        lr = scaled * _warm(t, self.warmup_steps)
-        lr_max = max(lr, glob.lr_max)
-        weight = (t ** self.r) * (lr_max ** self.weight_lr_power)
-        weight_sum = glob.weight_sum + weight
-        c = weight / weight_sum if weight_sum != 0 else 0.0
-        z_lr = scaled * _warm_lagged(t, self.warmup_steps) if self.warmup_lag else lr
-        return z_lr, c, SFGlobal(t, weight_sum, lr_max)
-
-    def _context(self, lr, c, beta, beta2, omb2, bc2, eps) -> SFContext:
-        wd = float(self.weight_decay)
-        return SFContext(lr, lr, c, 1.0 - c, beta, 1.0 - beta, wd != 0, wd, lr * wd,
-                         bool(getattr(self, "decay_at_z", False)), beta2, omb2, bc2, eps, -lr)
-
-    def lr_info(self, ctx):
-        return {"all": float(ctx.lr)}
-
-    def eval_leaf(self, s, x, path):
-        """The stored average x (a read-only view of the state array; not recomputed from y and z)."""
-        view = s.x.view()
-        view.flags.writeable = False
-        return view
-
-
-@dataclass(frozen=True)
-class ScheduleFreeSGD(_SFBase):
+class ScheduleFreeSGD(_step.ScheduleFreeBase):
     r"""Schedule-Free SGD, as ``schedulefree.SGDScheduleFreeReference`` (CONVENTIONS.md 5.1).
 
     At step t (t = 1 first), with y the params, g the gradient at y, gamma_t and c_t from the module
@@ -177,10 +99,7 @@ class ScheduleFreeSGD(_SFBase):
       weight_lr_power: >= 0, weights lr_max**power (0: no lr weighting; 0.0**0 = 1 as in Python).
       weight_decay: lambda >= 0, L2 added to the gradient at y.
       schedule: optional t -> multiplier of lr (see the module docstring); None = constant.
-      warmup_lag: bool, default False (the reference). True reproduces released optax <= 0.2.8's
-        one-step-late inner warmup (optax#1744): the z step uses warm_{t-1}, the weights warm_t
-        (module docstring); ``optax.contrib.schedule_free_sgd(lr, warmup_steps=W)`` =
-        ``ScheduleFreeSGD(lr, warmup_steps=W, warmup_lag=True)``.
+      warmup_lag: bool, default False (the reference); True: optax <= 0.2.8's lagged warmup (module docstring).
 
     State: z, x like the params (z = x = y0 at init); global :class:`SFGlobal`. float32 stays float32:
     every scalar is computed in float64 and cast to the params' dtype.
@@ -199,29 +118,24 @@ class ScheduleFreeSGD(_SFBase):
     schedule: Callable[[int], float] | None = None
     warmup_lag: bool = False
 
+    State, Global = SFSGDState, SFGlobal
+
     def __post_init__(self):
         self._check_common()
         b = _checks.finite_number("beta", self.beta)
         if not 0.0 < b < 1.0:
             raise ValueError(f"beta must be in (0, 1) (as SGDScheduleFreeReference), got {self.beta!r}")
 
-    def init_leaf(self, x, path):
-        return SFSGDState(np.array(x, order="C", copy=True), np.array(x, order="C", copy=True))
-
-    def leaf_spec(self, x, path):
-        return SFSGDState(ArraySpec.like(x), ArraySpec.like(x))
-
     def context(self, t, glob):
         lr, c, glob = self._averaging(t, glob)
         return self._context(lr, c, float(self.beta), 0.0, 0.0, 1.0, 1.0), glob
 
-    def update_leaf(self, ctx, s, x, g, path):
-        _SF_SGD.replace(x, g, s, ctx)
-        return x, s
+    def kernel(self):
+        return _SF_SGD
 
 
 @dataclass(frozen=True)
-class ScheduleFreeAdamW(_SFBase):
+class ScheduleFreeAdamW(_step.ScheduleFreeBase):
     r"""Schedule-Free AdamW, as ``schedulefree.AdamWScheduleFreeReference`` at HEAD (CONVENTIONS.md 5.2).
 
     At step t (t = 1 first), y the params, g the gradient at y, gamma_t and c_t from the module
@@ -246,10 +160,8 @@ class ScheduleFreeAdamW(_SFBase):
       beta1: interpolation beta in [0, 1] (beta1 = 0: y = z; 1: y = x).
       beta2: second-moment EMA rate in [0, 1).
       eps: > 0, added after the square root.
-      warmup_steps, r, weight_lr_power, schedule, warmup_lag: as :class:`ScheduleFreeSGD`
-        (``optax.contrib.schedule_free_adamw(lr, warmup_steps=W, ...)`` needs ``warmup_lag=True``; the lagged
-        z step size also scales the decoupled decay, as optax's ``add_decayed_weights`` sits before its
-        lagged ``scale_by_learning_rate``).
+      warmup_steps, r, weight_lr_power, schedule, warmup_lag: as :class:`ScheduleFreeSGD` (warmup_lag also
+        lags the decay: module docstring).
       weight_decay: lambda >= 0, decoupled, scaled by gamma_t, taken at y (or at z with decay_at_z=True).
 
     State: z, x (= y0 at init), v (zeros) like the params; global :class:`SFGlobal`. float32 stays float32.
@@ -271,6 +183,8 @@ class ScheduleFreeAdamW(_SFBase):
     schedule: Callable[[int], float] | None = None
     warmup_lag: bool = False
 
+    State, Global = SFAdamWState, SFGlobal
+
     def __post_init__(self):
         self._check_common()
         b1 = _checks.finite_number("beta1", self.beta1)
@@ -280,13 +194,6 @@ class ScheduleFreeAdamW(_SFBase):
         _checks.positive("eps", self.eps)
         _checks.boolean("decay_at_z", self.decay_at_z)
 
-    def init_leaf(self, x, path):
-        return SFAdamWState(np.array(x, order="C", copy=True), np.array(x, order="C", copy=True),
-                            np.zeros(x.shape, x.dtype))
-
-    def leaf_spec(self, x, path):
-        return SFAdamWState(ArraySpec.like(x), ArraySpec.like(x), ArraySpec.like(x))
-
     def squares_grads(self, s):
         return True
 
@@ -295,38 +202,5 @@ class ScheduleFreeAdamW(_SFBase):
         b2 = float(self.beta2)
         return self._context(lr, c, float(self.beta1), b2, 1.0 - b2, 1.0 - b2 ** t, float(self.eps)), glob
 
-    def update_leaf(self, ctx, s, x, g, path):
-        _SF_ADAMW.replace(x, g, s, ctx)
-        return x, s
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The per-element arithmetic (y is the params element; the new y is returned). The operation order is the
-# reference's torch calls: sub_(g, alpha=lr) -> z - lr*g; mul_(1-c).add_(z, alpha=c) -> x*(1-c) + c*z; ...
-
-@numba.njit
-def _sf_sgd(y, g, s, i, c):
-    if c.use_wd:
-        g = g + c.weight_decay * y
-    z = s.z[i] - c.lr * g
-    x = s.x[i] * c.omc + c.c * z
-    s.z[i] = z
-    s.x[i] = x
-    return x * c.beta + c.ombeta * z
-
-
-@numba.njit
-def _sf_adamw(y, g, s, i, c):
-    z = s.z[i]
-    if c.use_wd:
-        z = z - c.lr_wd * (z if c.decay_at_z else y)
-    v = s.v[i] * c.beta2 + c.omb2 * g * g
-    z = z + c.neg_lr * g / (np.sqrt(v / c.bc2) + c.eps)
-    x = s.x[i] * c.omc + c.c * z
-    s.v[i] = v
-    s.z[i] = z
-    s.x[i] = x
-    return x * c.beta + c.ombeta * z
-
-
-_SF_SGD, _SF_ADAMW = Elementwise(_sf_sgd, "sf_sgd"), Elementwise(_sf_adamw, "sf_adamw")
+    def kernel(self):
+        return _SF_ADAMW

@@ -37,8 +37,9 @@ Kinds (:func:`make_adapter` picks one):
   layout 'refopt'.
 
 Errors: :class:`UserCodeError` wraps any exception raised by the implementation (the message ends with
-the last line of its traceback); :class:`refopt.crosscheck.peers.PeerNotInstalled` (an ImportError) when
-torch or JAX/optax is missing; ValueError for a bad layout or an object that fits no kind.
+the last line of its traceback); :class:`PeerNotInstalled` (an ImportError, also importable from
+:mod:`refopt.crosscheck.peers`) when torch or JAX/optax is missing; ValueError for a bad layout or an
+object that fits no kind. The peer libraries are imported through :func:`require`, on first use.
 """
 from __future__ import annotations
 
@@ -59,9 +60,30 @@ import numpy as np
 from refopt import tree as T
 
 __all__ = ["Adapter", "RuleAdapter", "TorchAdapter", "OptaxAdapter", "NumpyAdapter", "UserCodeError",
-           "make_adapter", "load_impl", "to_layout", "from_layout"]
+           "make_adapter", "load_impl", "to_layout", "from_layout", "PeerNotInstalled", "require"]
 
 LAYOUTS = ("refopt", "torch")
+
+#: the versions pinned by the ``peers`` extra of pyproject.toml, whose behaviour the tolerances and the
+#: divergence atlas were measured on
+INSTALL = {
+    "torch": "pip install torch==2.13.0",
+    "optax": "pip install jax==0.10.2 jaxlib==0.10.2 optax==0.2.8",
+    "schedulefree": "pip install torch==2.13.0 && pip install schedulefree==1.4.1",
+}
+
+
+class PeerNotInstalled(ImportError):
+    """The peer library (or one of its dependencies) cannot be imported."""
+
+
+def require(module: str, peer: str):
+    """Import ``module`` or raise :class:`PeerNotInstalled` naming the peer and how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise PeerNotInstalled(f"peer {peer!r} is not installed ({e.name or module} missing); "
+                               f"install it with: {INSTALL[peer]}") from None
 
 
 class UserCodeError(RuntimeError):
@@ -230,8 +252,6 @@ class TorchAdapter(Adapter):
 
     def __init__(self, factory: Callable, kwargs: dict | None = None, layout: str = "torch",
                  name: str | None = None):
-        from refopt.crosscheck.peers import require
-
         self.torch = require("torch", "torch")
         self.factory, self.kwargs = factory, dict(kwargs or {})
         self.layout = _check_layout(layout)
@@ -342,8 +362,6 @@ class OptaxAdapter(Adapter):
 
     def __init__(self, factory: Callable, kwargs: dict | None = None, layout: str = "refopt",
                  name: str | None = None, jit: bool = True):
-        from refopt.crosscheck.peers import require
-
         self.jit = jit       # False: run the step eagerly (no compile per new shape; the properties do)
         self.jax = require("jax", "optax")
         self.optax = require("optax", "optax")

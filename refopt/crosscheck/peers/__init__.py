@@ -17,28 +17,9 @@ import importlib
 import numpy as np
 
 from refopt import tree as T
-from refopt.testing.adapters import Adapter
+from refopt.testing.adapters import INSTALL, Adapter, PeerNotInstalled, require
 
-#: the versions pinned by the ``peers`` extra of pyproject.toml, whose behaviour the tolerances and the
-#: divergence atlas were measured on
-INSTALL = {
-    "torch": "pip install torch==2.13.0",
-    "optax": "pip install jax==0.10.2 jaxlib==0.10.2 optax==0.2.8",
-    "schedulefree": "pip install torch==2.13.0 && pip install schedulefree==1.4.1",
-}
-
-
-class PeerNotInstalled(ImportError):
-    """The peer library (or one of its dependencies) cannot be imported."""
-
-
-def require(module: str, peer: str):
-    """Import ``module`` or raise :class:`PeerNotInstalled` naming the peer and how to install it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise PeerNotInstalled(f"peer {peer!r} is not installed ({e.name or module} missing); "
-                               f"install it with: {INSTALL[peer]}") from None
+__all__ = ["INSTALL", "PeerNotInstalled", "require", "adapter", "available", "preset_adapter", "NegatedGrads"]
 
 
 def adapter(peer: str):

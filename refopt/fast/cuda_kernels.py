@@ -1,4 +1,4 @@
-"""numba-CUDA kernels of :mod:`refopt.linalg._msign_cuda` (imported only when ``backend='cuda'`` runs).
+"""numba-CUDA kernels of :mod:`refopt.fast.msign_cuda` (imported only when ``backend='cuda'`` runs).
 
 Kept in their own module so that ``numba.cuda`` is a module global here, as the CUDA simulator needs.
 Every shared array is declared on its own source line (the simulator keys shared arrays by line).
@@ -15,7 +15,7 @@ _DEVICE = {"device": True} if config.ENABLE_CUDASIM else {"device": True, "force
 
 
 def build(dtype_name: str, BM: int, BK: int, TM: int, RED: int) -> dict:
-    """The kernels for one dtype ('float32' / 'float64') and launch geometry (see ``_msign_cuda.Tiles``:
+    """The kernels for one dtype ('float32' / 'float64') and launch geometry (see ``msign_cuda.Tiles``:
     BM x BM output tiles, BK-deep shared slabs, TM x TM register blocks, RED-thread reductions)."""
     ty_ = float32 if dtype_name == "float32" else float64
     S = BM // TM                  # threads along a tile side; thread (ty, tx) owns rows ty + S*i, cols tx + S*j

@@ -85,8 +85,8 @@ def kernels(dtype_name: str, tiles: Tiles = DEFAULT_TILES) -> dict:
     """Compile (lazily, once per dtype and geometry) and return the kernels as a dict of name -> kernel."""
     _cuda()
     _check_tiles(tiles)
-    from refopt.linalg import _cuda_kernels
-    return _cuda_kernels.build(dtype_name, tiles.bm, tiles.bk, tiles.tm, tiles.red)
+    from refopt.fast import cuda_kernels
+    return cuda_kernels.build(dtype_name, tiles.bm, tiles.bk, tiles.tm, tiles.red)
 
 
 _EW = (16, 16)      # threads of the elementwise kernels

@@ -1,10 +1,10 @@
-"""Numba twins of the hot pointwise / row-wise pieces of the transformer primitives.
+"""Numba twins of the hot pointwise / row-wise pieces of the transformer primitives (``refopt.autograd.nn``).
 
-Each kernel has a NumPy reference (``*_reference``) that is the specification;
+The specification of each kernel is a NumPy reference in ``tests/autograd_references.py``;
 ``tests/test_autograd.py::test_kernels_match_references`` checks kernel == reference in float32 and float64.
 Kernels are compiled lazily per dtype (``cache=True``; the first call in a fresh install compiles, several
 seconds), without fastmath. The row-wise kernels here are serial; the model-level ones below run in
-parallel only when the matrix products share their OpenMP thread pool (MKL, ``refopt._blas``).
+parallel only when the matrix products share their OpenMP thread pool (MKL, ``refopt.fast.blas``).
 They exist for speed only: the default GPT step spends most of its non-GEMM time in the causal softmax,
 the SwiGLU gate and RMSNorm.
 
@@ -55,14 +55,6 @@ def causal_softmax_(S: np.ndarray, scale: float) -> np.ndarray:
     return S
 
 
-def causal_softmax_reference(S: np.ndarray, scale: float) -> np.ndarray:
-    T = S.shape[-1]
-    Z = S * S.dtype.type(scale)
-    Z = np.where(np.triu(np.ones((T, T), bool), 1), -np.inf, Z)
-    E = np.exp(Z - Z.max(-1, keepdims=True))
-    return E / E.sum(-1, keepdims=True)
-
-
 @njit(cache=True)
 def _causal_softmax_vjp_(P, dP, scale):  # dP (R, T, T) overwritten with dS = scale * P (dP - <dP, P>)
     R, T, _ = P.shape
@@ -89,10 +81,6 @@ def causal_softmax_vjp_(P: np.ndarray, dP: np.ndarray, scale: float) -> np.ndarr
     return dP
 
 
-def causal_softmax_vjp_reference(P, dP, scale):
-    return P.dtype.type(scale) * P * (dP - np.sum(dP * P, axis=-1, keepdims=True))
-
-
 # ---- SwiGLU gate: h = silu(a) * u ------------------------------------------------------------------
 @njit(cache=True)
 def _swiglu(a, u, h, sig, one):  # one = 1 in the arrays' dtype (a bare literal would promote to float64)
@@ -111,12 +99,6 @@ def swiglu(a: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return h, sig
 
 
-def swiglu_reference(a, u):
-    from scipy.special import expit
-    s = expit(a)
-    return a * s * u, s
-
-
 @njit(cache=True)
 def _swiglu_vjp(g, a, u, sig, da, du, one):
     for i in range(a.shape[0]):
@@ -132,10 +114,6 @@ def swiglu_vjp(g, a, u, sig) -> tuple[np.ndarray, np.ndarray]:
     _swiglu_vjp(g.reshape(-1), a.reshape(-1), u.reshape(-1), sig.reshape(-1), da.reshape(-1), du.reshape(-1),
                 a.dtype.type(1))
     return da, du
-
-
-def swiglu_vjp_reference(g, a, u, sig):
-    return g * u * (sig * (1 + a * (1 - sig))), g * a * sig
 
 
 # ---- RMSNorm over the last axis ---------------------------------------------------------------------
@@ -186,18 +164,6 @@ def rms_norm_vjp(g, gain, xhat, r):
     return dx.reshape(g.shape)
 
 
-def rms_norm_reference(x, gain, eps):
-    r = 1 / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + eps)
-    xhat = (x * r).astype(x.dtype)
-    return xhat * gain, xhat, r.reshape(-1)
-
-
-def rms_norm_vjp_reference(g, gain, xhat, r):
-    h = g * gain
-    mu = np.mean(h.astype(np.float64) * xhat, axis=-1, keepdims=True)
-    return (r.reshape(xhat.shape[:-1] + (1,)) * (h - xhat * mu)).astype(g.dtype)
-
-
 # =====================================================================================================
 # Model-level fused kernels (the GPT's hot path; ``nn.self_attention``, ``nn.ffn_activation``,
 # ``nn.rms_norm``, ``nn.cross_entropy``, ``nn.embedding``). Written with ``prange`` over independent rows /
@@ -207,23 +173,23 @@ def rms_norm_vjp_reference(g, gain, xhat, r):
 #
 # Each is built twice, both cached and each compiled on its first call: serial (``prange`` runs as
 # ``range``) and parallel. The parallel build runs only when the matrix products go to MKL on the same
-# OpenMP thread pool (``refopt._blas``): next to NumPy's OpenBLAS, whose threads keep spinning after each
-# product, numba's second pool only competes with them (a 2-core step was ~1.8x slower). The two builds
+# OpenMP thread pool (``refopt.fast.blas``): next to NumPy's OpenBLAS, whose threads keep spinning after each
+# product, numba's second pool only competes with them (a 2-core step is ~1.8x slower). The two builds
 # give the same bits (tests/test_fused.py).
 # =====================================================================================================
-from refopt import _blas  # noqa: E402
-from refopt.kernels import _twin  # noqa: E402
+from refopt.fast import blas  # noqa: E402
+from refopt.kernels import twin  # noqa: E402
 
 #: error_model="numpy": a float division follows IEEE 754 (x / 0 = inf) instead of numba's default Python
-#: check (raise ZeroDivisionError), whose branch in every iteration kept the SwiGLU loop from being vectorised
-#: (2x slower). Same bits wherever the divisor is not 0, which it never is in the softmax and SwiGLU loops
+#: check (raise ZeroDivisionError), whose branch in every iteration keeps the SwiGLU loop from being
+#: vectorised (2x slower). Same bits wherever the divisor is not 0, which it never is in the softmax and SwiGLU loops
 #: (a row sum that includes exp(0) = 1; 1 + exp(-a) >= 1); RMSNorm's root is 0 only for an all-zero row with
-#: eps = 0, which now gives the documented inf / NaN instead of a ZeroDivisionError from inside the kernel.
+#: eps = 0, which gives the documented inf / NaN rather than a ZeroDivisionError from inside the kernel.
 #: Not fastmath: the order of every operation is unchanged.
 _FLAGS = dict(cache=True, error_model="numpy")
 
 #: which build of the fused kernels runs: None (default) the parallel one exactly when the products run on
-#: MKL's OpenMP threads (``refopt._blas.one_pool()``); True / False forces it (tests, benchmarks)
+#: MKL's OpenMP threads (``refopt.fast.blas.one_pool()``); True / False forces it (tests, benchmarks)
 parallel_builds: bool | None = None
 
 
@@ -231,11 +197,11 @@ def _fused(fn, name: str | None = None):
     """``fn`` (a loop over ``prange``) compiled serially and in parallel, each cached under its own name;
     the returned function runs the parallel build when the products run on MKL's OpenMP pool."""
     name = name or fn.__name__
-    serial = njit(**_FLAGS)(_twin(fn, name))
-    parallel = njit(parallel=True, **_FLAGS)(_twin(fn, name + "_parallel"))
+    serial = njit(**_FLAGS)(twin(fn, name))
+    parallel = njit(parallel=True, **_FLAGS)(twin(fn, name + "_parallel"))
 
     def call(*args):
-        par = _blas.one_pool() if parallel_builds is None else parallel_builds
+        par = blas.one_pool() if parallel_builds is None else parallel_builds
         return (parallel if par else serial)(*args)
 
     call.serial, call.parallel, call.py_func = serial, parallel, fn

@@ -1,13 +1,13 @@
 """The autograd's matrix products, on one OpenMP thread pool when the optional ``mkl`` package is there.
 
 NumPy's wheels multiply matrices with OpenBLAS, which runs its own threads; refopt's fused kernels
-(``refopt.autograd._kernels``) run on numba's. Two pools on the same cores compete (each spins after its
+(``refopt.fast.autograd_kernels``) run on numba's. Two pools on the same cores compete (each spins after its
 work), so with NumPy's BLAS the fused kernels stay serial. With the ``mkl`` package installed
 (``pip install "refopt[mkl]"``, Linux x86-64), :func:`matmul` calls MKL's ``cblas_sgemm`` / ``cblas_dgemm``
 through ctypes with MKL's GNU OpenMP threading layer -- the libgomp pool that numba's ``omp`` threading layer
 also uses -- and the fused kernels run their parallel builds on it: one pool, as in torch. The attention's
 stacks of small products go to ``cblas_?gemm_batch_strided``, which reads the heads where the qkv projection
-put them and spreads the batch over the same threads (MKL's pointer-array ``?gemm_batch`` ran them on one).
+put them and spreads the batch over the same threads (MKL's pointer-array ``?gemm_batch`` runs them on one).
 
 Results. Each product is a BLAS GEMM either way (C = A B, alpha 1, beta 0), within the rounding bound
 |fl(AB) - AB| <= K u |A| |B| (tests/test_blas.py); MKL and OpenBLAS may round a product differently in the
@@ -38,7 +38,7 @@ that ``refopt train`` and ``refopt compare`` print to stderr, and :func:`describ
 ``config.json`` records. :func:`use` switches in a
 running process (tests, benchmarks). GNU OpenMP's threads do not survive a fork: a child forked after MKL
 was loaded runs MKL on one thread (the same bits) and the fused kernels serially; a rule's parallel numba
-kernels still need ``multiprocessing``'s "spawn" start method there, as before.
+kernels need ``multiprocessing``'s "spawn" start method there, with or without MKL.
 """
 from __future__ import annotations
 

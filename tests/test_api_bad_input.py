@@ -1,7 +1,8 @@
-"""Findings of an adversarial review of the public API (this session), each with the case it fixed and a
-negative control: option values equal to True by value only, masked arrays, a non-dict ``info``, a
-diverging Newton-Schulz schedule in Muon, and Muon's CUDA backend without a GPU: a clear error before
-anything is written, never a silent answer."""
+"""The public API and the testing toolkit on bad or unusual input, each case with a negative control:
+option values equal to True by value only, masked arrays, a non-dict ``info``, a diverging Newton-Schulz
+schedule in Muon, and Muon's CUDA backend without a GPU give a clear error before anything is written,
+never a silent answer; the crosscheck harness judges unusual implementations (stepping in place, driven by
+an LR scheduler, returning another dtype) on their numbers or refuses them with a reason."""
 import importlib.util
 
 import numpy as np
@@ -148,9 +149,8 @@ class _WritesGrads(_PureSign):
 
 
 def test_purity_catches_a_numpy_step_that_writes_its_params_or_its_state():
-    """The numpy adapter hands the implementation the arrays themselves (it copied them, so purity could
-    not fail), and purity compares the state too; a failure names what the step wrote into (it said only
-    'err inf'). Negative control: the pure variant holds; torch implementations (in place by design) are
+    """The numpy adapter hands the implementation the arrays themselves (on copies no write could be seen),
+    and purity compares the state too; a failure names what the step wrote into. Negative control: the pure variant holds; torch implementations (in place by design) are
     n/a."""
     pytest.importorskip("hypothesis")
     from refopt.testing import properties as P
@@ -179,8 +179,8 @@ class _NormSGD:
 
 
 def test_property_functions_scale_their_default_tolerance_to_float32():
-    """rtol=None: 1e-6 in float64, 1e-3 in float32 (a correct float32 rule's rounding reached 1.2e-6
-    against the old fixed 1e-6). Negative control: an explicit rtol=1e-9 in float32 still fails it, and a
+    """rtol=None: 1e-6 in float64, 1e-3 in float32 (a correct float32 rule's rounding reaches 1.2e-6,
+    above a fixed 1e-6). Negative control: an explicit rtol=1e-9 in float32 still fails it, and a
     coordinatewise (not equivariant) variant fails at the float32 default."""
     pytest.importorskip("hypothesis")
     from refopt.testing import properties as P
@@ -254,7 +254,7 @@ def test_compare_summary_takes_the_time_per_step_from_the_timing_rounds():
 
 def test_rule_expressions_offer_only_path_array_label_functions():
     """mlp_labels(params) builds a labels tree from the whole params: offered bare in a --rule expression it
-    could never work (an internal error at init). Only (path, array) functions are names there; an
+    cannot work (init would fail on it). Only (path, array) functions are names there; an
     expression naming mlp_labels is a clear ValueError at parse time. Negative control: matrix_labels and
     gpt_labels still parse."""
     from refopt.crosscheck import expr
@@ -334,11 +334,11 @@ def _scheduled(base, f):
 
 
 def test_a_torch_optimizer_driven_by_an_lr_scheduler_steps_through_the_adapter():
-    """A torch LR scheduler replaces optimizer.step by a wrapper bound to the original optimizer; the
-    adapter's per-step clone used to call it, so the clone never moved and every property 'held'. With a
-    constant LambdaLR the implementation is plain AdamW: it must agree with AdamW exactly; with a cosine
-    LambdaLR it must agree with the rule's schedule. Negative control: the schedule counted one step off
-    is a DIFFER."""
+    """A torch LR scheduler replaces optimizer.step by a wrapper bound to the original optimizer; a per-step
+    clone calling that wrapper would step the original, so the clone would never move and every property
+    would 'hold'. With a constant LambdaLR the implementation is plain AdamW: it must agree with AdamW
+    exactly; with a cosine LambdaLR it must agree with the rule's schedule. Negative control: the schedule
+    counted one step off is a DIFFER."""
     torch = pytest.importorskip("torch")
     import math
 
@@ -402,9 +402,9 @@ def test_loading_a_checkpoint_with_another_rule_warns(tmp_path):
 
 
 def test_the_tables_of_frozen_rules_cannot_be_changed_under_a_state():
-    """Partition.rules and LRTable.lrs were mutable dicts inside frozen rules: changing a rule after init
-    skipped its validation and failed in numba after writes. They refuse changes now; copies (deepcopy,
-    pickle, a checkpoint) keep the table, and dataclasses.replace builds a new rule."""
+    """Partition.rules and LRTable.lrs are tables inside frozen rules: a change after init would skip the
+    rule's validation and fail in numba after writes, so they refuse changes; copies (deepcopy, pickle, a
+    checkpoint) keep the table, and dataclasses.replace builds a new rule."""
     import copy
     import dataclasses
     import pickle
@@ -430,7 +430,7 @@ def test_the_tables_of_frozen_rules_cannot_be_changed_under_a_state():
 
 
 def test_diagnosis_names_no_decay_on_vectors_and_a_schedule_counted_from_zero():
-    """Two conventions docs/divergences.md describes and the diagnosis did not know: weight decay only on
+    """Two conventions docs/divergences.md describes, named by the diagnosis: weight decay only on
     matrices (a parameter group without decay for biases and gains), and the schedule read one step early.
     Negative control: the correct implementations agree (no diagnosis needed)."""
     torch = pytest.importorskip("torch")
@@ -495,9 +495,9 @@ class _InPlaceMomentumSGD:
 
 
 def test_an_in_place_numpy_optimizer_is_judged_on_its_numbers():
-    """The harness records a copy of what each step returns: an implementation stepping in place agrees (it
-    was a DIFFER with a made-up diagnosis when every recorded step aliased the final params), while purity
-    still catches the in-place writes."""
+    """The harness records a copy of what each step returns: an implementation stepping in place agrees (recording
+    the returned arrays themselves would alias every step to the final params: a DIFFER with a made-up
+    diagnosis), while purity catches the in-place writes."""
     pytest.importorskip("hypothesis")
     from refopt.crosscheck.plugin import check_impl
     from refopt.testing import properties as P
@@ -531,7 +531,7 @@ def test_the_bfloat16_tier_follows_the_built_optimizer_not_the_factory():
 
 def test_covariant_with_a_user_norm_rescales_an_overflowing_direction():
     """norm=np.linalg.norm overflows float32 for |u| ~ 1e20 (finite): the ratio is taken on u/max|u| as for
-    the named norms, instead of a ValueError raised after earlier leaves were written."""
+    the named norms: a finite step, with no error raised after earlier leaves are written."""
     rng = np.random.default_rng(0)
     rule = refopt.Covariant(refopt.SGD(lr=0.1), norm=np.linalg.norm)
     p = {"a": rng.standard_normal((4, 3)).astype(np.float32), "z": rng.standard_normal((4, 3)).astype(np.float32)}
@@ -557,8 +557,8 @@ def test_loading_with_an_equal_rule_of_numpy_scalars_does_not_warn(tmp_path):
 
 
 def test_a_schedule_table_covering_only_the_run_does_not_break_the_diagnosis():
-    """The schedule-shift variants read the table one step past its end: they are skipped, the report is
-    made (it crashed with IndexError)."""
+    """The schedule-shift variants read the table one step past its end: they are skipped and the report
+    is made (no IndexError)."""
     torch = pytest.importorskip("torch")
     from refopt.crosscheck.plugin import check_impl
 
@@ -570,9 +570,9 @@ def test_a_schedule_table_covering_only_the_run_does_not_break_the_diagnosis():
 
 def test_an_optimizer_the_adapter_cannot_replay_is_refused_not_judged():
     """Two ways a torch optimizer holds itself so that refopt's per-step copy would step the original: an LR
-    scheduler stepped from a step post-hook (the copy's lr never moves: a cosine schedule agreed with a constant
+    scheduler stepped from a step post-hook (the copy's lr never moves: a cosine schedule agrees with a constant
     rule), and opt.step replaced by a closure over the original's step (the copy never moves). Both are the
-    implementation's error now (UserCodeError, exit 3) with a way out; negative control: the same schedule
+    implementation's error (UserCodeError, exit 3) with a way out; negative control: the same schedule
     stepped in a subclass's step() agrees with the cosine rule."""
     torch = pytest.importorskip("torch")
     import math

@@ -1,4 +1,4 @@
-"""The command line never surprises (issue 10): one-line errors with exit status 2 for user mistakes
+"""The command line never surprises: one-line errors with exit status 2 for user mistakes
 (bad run directories, options that do not apply), exit status 1 and one line for anything unexpected
 (--debug shows the traceback), a help text for every option, the lr of every parameter group in
 metrics.csv, and plots that can be read."""

@@ -1,0 +1,152 @@
+r"""The diagnosis variants of a rule: the known ways an implementation of it can differ, each runnable.
+
+A conventions file's ``variants`` (:class:`~refopt.conventions._spec.Conventions`) lists its rule's
+variants with these: :func:`oracle_variant` (the rule's plain-numpy oracle with one convention switched),
+:func:`rule_variant` (the refopt rule with other hyperparameters), :func:`base_variants` (a wrapper around
+each of its base rule's variants). :func:`variants` gathers a rule's own variants and the generic ones
+(weight decay on matrices only, the schedule read one step early or late); :mod:`refopt.crosscheck.variants`
+describes them and is where the plug-in cross-check reads them. The module imports only the registry
+(:mod:`refopt.conventions`), no conventions file and no cross-check module, so that the conventions files can
+import it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from refopt import tree as T
+from refopt.testing.adapters import Adapter, RuleAdapter, from_layout, to_layout
+
+__all__ = ["Variant", "variants", "oracle_variant", "rule_variant", "base_variants", "TransposedRule", "try_replace"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named convention variant: ``make()`` returns its adapter; ``rule`` is the refopt rule it runs (a
+    rule variant) or ``switches`` the oracle's switched conventions (an oracle variant)."""
+
+    name: str
+    detail: str
+    make: Callable[[], Adapter]
+    rule: Any = None
+    switches: dict | None = None
+
+
+def oracle_variant(rule, name: str, detail: str, **switches) -> Variant:
+    """The rule's plain-numpy oracle (:func:`refopt.conventions.oracle`) with ``switches``."""
+    from refopt.conventions import oracle
+    return Variant(name, detail, lambda: oracle(rule, name=name, **switches), switches=switches)
+
+
+def rule_variant(name: str, detail: str, rule) -> Variant | None:
+    """The refopt ``rule`` (another configuration) as a variant; None when ``rule`` is None."""
+    return None if rule is None else Variant(name, detail, lambda r=rule: RuleAdapter(r), rule=rule)
+
+
+def base_variants(rule) -> list[Variant]:
+    """A wrapper's variants from its base rule's: the wrapper around each base variant."""
+    from refopt.conventions import oracle
+
+    out = []
+    for v in variants(rule.base):
+        if v.rule is not None:
+            try:
+                wrapped = replace(rule, base=v.rule)
+            except (TypeError, ValueError):   # e.g. a direction wrapper refuses the variant's schedule
+                continue
+            out.append(rule_variant(f"{v.name} (base)", v.detail, wrapped))
+        elif v.switches is not None:
+            out.append(Variant(f"{v.name} (base)", v.detail,
+                               lambda v=v: oracle(rule, name=f"{v.name} (base)", base=oracle(rule.base, **v.switches)),
+                               switches={"base": v.switches}))
+    return out
+
+
+class TransposedRule(RuleAdapter):
+    """A refopt rule run on the transposes (torch's layout) of the matrices."""
+
+    def __init__(self, rule):
+        super().__init__(rule)
+        self.name = f"{type(rule).__name__} on W^T"
+
+    def _t(self, tree):
+        xs, _, td = T.flatten(tree)
+        return T.unflatten(td, [to_layout(np.asarray(x), "torch") for x in xs])
+
+    def _b(self, tree):
+        xs, _, td = T.flatten(tree)
+        return T.unflatten(td, [from_layout(np.asarray(x), "torch") for x in xs])
+
+    def init(self, params):
+        return super().init(self._t(params))
+
+    def step(self, state, params, grads):
+        x, state = super().step(state, self._t(params), self._t(grads))
+        return self._b(x), state
+
+    def state_arrays(self, state) -> dict:
+        return {k: [None if a is None else self._b([a])[0] for a in v] for k, v in super().state_arrays(state).items()}
+
+
+# ---- the generic variants ---------------------------------------------------------------------------------
+def try_replace(rule, **changes):
+    """``replace(rule, **changes)``, or None when the rule refuses the changes or they change nothing."""
+    try:
+        new = replace(rule, **changes)
+    except (TypeError, ValueError):
+        return None
+    return None if new == rule else new
+
+
+def _decayed_labels(path: str, x) -> str:
+    """'decayed' for arrays of ndim >= 2, 'not_decayed' for vectors and scalars (biases, gains)."""
+    return "decayed" if np.ndim(x) >= 2 else "not_decayed"
+
+
+def _shifted(schedule, shift: int):
+    def gamma(t):
+        return schedule(t + shift)
+    return gamma
+
+
+def _generic(rule) -> list[Variant]:
+    """Weight decay on matrices only (the usual torch parameter groups: no decay on biases and gains), and
+    the schedule read one step early or late (a torch LR scheduler stepped before the optimizer, or counted
+    from 0: docs/divergences.md)."""
+    from refopt.rules.partition import Partition
+
+    out = []
+    if (getattr(rule, "weight_decay", 0) or 0) > 0:
+        no_wd = try_replace(rule, weight_decay=0.0)
+        if no_wd is not None:
+            out.append(rule_variant("no weight decay on vectors", "weight decay on arrays of ndim >= 2 only: "
+                                    "biases and gains in a parameter group without decay (torch, nanoGPT, "
+                                    "timm practice)", Partition({"decayed": rule, "not_decayed": no_wd},
+                                                                labels=_decayed_labels)))
+    sched = getattr(rule, "schedule", None)
+    if callable(sched):
+        for name, detail, shift in (("schedule counted from 0", "gamma(t - 1) at step t: t counted from 0, "
+                                     "or a torch LR scheduler stepped before the optimizer", -1),
+                                    ("schedule one step ahead", "gamma(t + 1) at step t", 1)):
+            out.append(rule_variant(name, detail, try_replace(rule, schedule=_shifted(sched, shift))))
+    return [v for v in out if v is not None]
+
+
+def _unique(vs: list) -> list[Variant]:
+    seen, out = set(), []
+    for v in vs:
+        if v is not None and v.name not in seen:
+            seen.add(v.name)
+            out.append(v)
+    return out
+
+
+def variants(rule) -> list[Variant]:
+    """The convention variants of ``rule`` (see the module docstring); [] for a rule with none known."""
+    from refopt.conventions import for_rule
+
+    conv = for_rule(rule)
+    own = conv.variants(rule) if conv is not None and conv.variants is not None else []
+    return _unique(list(own) + _generic(rule))
