@@ -51,9 +51,6 @@ def twin(fn, name: str, glob: dict | None = None):
     return copy
 
 
-_twin = twin
-
-
 def elementwise(fn):
     """Compile ``fn`` (a loop over ``numba.prange``) serially and in parallel; call the right one.
 

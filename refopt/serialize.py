@@ -37,8 +37,8 @@ def _in_refopt(module: str) -> bool:
     return module == "refopt" or module.startswith("refopt.")
 
 
-def _resolve(module: str, qualname: str) -> Any:
-    """The object ``module.qualname``, importing ``module`` only if it belongs to the refopt package."""
+def _lookup(module: str, qualname: str) -> Any:
+    """The object reached as ``module.qualname``, importing ``module`` only if it belongs to the refopt package."""
     if not isinstance(module, str) or not isinstance(qualname, str) or not _in_refopt(module):
         raise CheckpointError(f"refusing to import {module}.{qualname}: only refopt objects are rebuilt")
     if "<locals>" in qualname or any(p.startswith("__") for p in qualname.split(".")):
@@ -50,36 +50,28 @@ def _resolve(module: str, qualname: str) -> Any:
     except (ImportError, AttributeError, ValueError, TypeError) as e:
         raise CheckpointError(f"unknown refopt object {module}.{qualname} ({e}); "
                               f"saved by another refopt version?") from None
-    # it must be *defined* in refopt, not merely reachable (refopt.checkpoint.os._exit is not a refopt object);
-    # a refopt object re-exported under the stored name (refopt.gpt_labels is refopt.labels.gpt_labels) loads
+    return obj
+
+
+def _resolve(module: str, qualname: str) -> Any:
+    """The refopt object stored as ``module.qualname``: defined there, or defined in refopt and re-exported
+    under that name (refopt.gpt_labels is refopt.labels.gpt_labels); merely reachable is refused
+    (refopt.checkpoint.os._exit is not a refopt object)."""
+    obj = _lookup(module, qualname)
     if (getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)) != (module, qualname) and \
-            not _defined_in_refopt(obj):
+            not _importable(obj):
         raise CheckpointError(f"refusing {module}.{qualname}: it is not defined in the refopt package")
     return obj
 
 
-def _defined_in_refopt(obj: Any) -> bool:
-    """True if ``obj`` is the object its own ``__module__.__qualname__`` names, in a refopt module."""
-    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(qualname, str) or not _in_refopt(module) or \
-            "<locals>" in qualname:
-        return False
-    try:
-        home = importlib.import_module(module)
-        for part in qualname.split("."):
-            home = getattr(home, part)
-    except (ImportError, AttributeError, ValueError, TypeError):
-        return False
-    return home is obj
-
-
 def _importable(obj: Any) -> bool:
-    """True if ``obj`` is reachable as module.qualname inside refopt (so load can rebuild it)."""
+    """True if ``obj`` is the object its own ``__module__.__qualname__`` names inside refopt (so load can
+    rebuild it)."""
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or not _in_refopt(module):
         return False
     try:
-        return _resolve(module, qualname) is obj
+        return _lookup(module, qualname) is obj
     except CheckpointError:
         return False
 

@@ -238,7 +238,7 @@ def _check_packed(rule: Rule, pack: _Pack, gs: list, paths: list[str], bounds: l
     if flagged:   # the first bad leaf in tree order is named, whatever the dtype groups' order
         idx = sorted(flagged)
         reject_bad_grads([gs[k] for k in idx], [paths[k] for k in idx], [bounds[k] for k in idx],
-                    [type(rule).__name__] * len(idx))
+                         [type(rule).__name__] * len(idx))
 
 
 def _bounds(rule: Rule, lc: dict, xs: list, ss: list) -> list:
