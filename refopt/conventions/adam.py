@@ -21,8 +21,8 @@ class AdamOracle(Oracle):
     Switches (the diagnosis variants): ``eps_mode`` 'outside' (E1) | 'inside' (sqrt(vhat + eps)) |
     'inside_sq' (sqrt(vhat + eps^2)) | 'hat' (lr sqrt(1-b2^t)/(1-b1^t) m/(sqrt(v) + eps)); ``bias``
     'standard' | 'off_by_one' (1 - b^(t+1)) | 'none' | 'm_only' | 'v_only'; ``decay`` 'none' | 'l2' |
-    'decoupled' | 'independent' | 'after'; ``nesterov`` (optax's mix); and lr, weight_decay overriding the
-    rule's."""
+    'decoupled' | 'independent' | 'after'; ``nesterov`` (optax's mix); ``counter`` {'bc1' | 'bc2': 'next' |
+    'frozen'}: that bias correction reads t + 1 or 1; and lr, weight_decay overriding the rule's."""
 
     def __init__(self, rule, name=None, **sw):
         super().__init__(rule, name, **sw)
@@ -35,6 +35,7 @@ class AdamOracle(Oracle):
         self.nesterov = sw.get("nesterov", rule.nesterov)
         self.psi = rule.momentum_decay if self.nesterov else None
         self.amsgrad, self.schedule = rule.amsgrad, rule.schedule
+        self.counter = sw.get("counter", {})
 
     def init_leaf(self, x, path):
         s = {"m": np.zeros_like(x), "v": np.zeros_like(x)}
@@ -52,8 +53,9 @@ class AdamOracle(Oracle):
         m = s["m"] = scalar(b1, d) * s["m"] + scalar(1.0 - b1, d) * g
         v = s["v"] = scalar(b2, d) * s["v"] + scalar(1.0 - b2, d) * (g * g)
         tb = t + 1 if self.bias == "off_by_one" else t
-        bc1 = 1.0 - b1 ** tb if self.bias in ("standard", "off_by_one", "m_only") else 1.0
-        bc2 = 1.0 - b2 ** tb if self.bias in ("standard", "off_by_one", "v_only") else 1.0
+        t1, t2 = (_counted(tb, self.counter.get(k)) for k in ("bc1", "bc2"))
+        bc1 = 1.0 - b1 ** t1 if self.bias in ("standard", "off_by_one", "m_only") else 1.0
+        bc2 = 1.0 - b2 ** t2 if self.bias in ("standard", "off_by_one", "v_only") else 1.0
         root = math.sqrt(bc2)
         if self.amsgrad == "bias_corrected":        # optax: the maximum of vhat
             v = s["v_max"] = np.maximum(s["v_max"], v * scalar(1.0 / bc2, d))
@@ -97,6 +99,10 @@ class AdamOracle(Oracle):
         if self.decay == "after":
             x = x * scalar(1.0 - lr * self.wd, d)
         return x
+
+
+def _counted(t: int, how) -> int:
+    return t + 1 if how == "next" else 1 if how == "frozen" else t
 
 
 def ConventionAdam(lr, beta1, beta2, eps, weight_decay=0.0, decay="none", eps_mode="outside", bias="standard",
@@ -372,6 +378,8 @@ def atlas_amsgrad():
 
 CONVENTIONS = Conventions(
     rules=(Adam, AdamW),
+    final="the step lr/(1 - beta1^t) m/(sqrt(v)/sqrt(1 - beta2^t) + eps): its square root, eps, the bias corrections, the Nesterov mix or the AMSGrad maximum",
+    per_step="the bias corrections 1 - beta1^t and 1 - beta2^t",
     mappings=(TORCH_ADAM, TORCH_ADAMW, TORCH_NADAM, OPTAX_ADAM, OPTAX_ADAMW, OPTAX_NADAM, OPTAX_NADAMW, OPTAX_AMSGRAD),
     no_peer={"schedulefree": "schedulefree ships the Schedule-Free optimizers only (see ScheduleFreeAdamW)"},
     presets=(
@@ -425,6 +433,7 @@ CONVENTIONS = Conventions(
     ),
     oracle=AdamOracle,
     variants=variants,
+    counters=(("bc1", "the bias correction of m (1 - beta1^t)"), ("bc2", "the bias correction of v (1 - beta2^t)")),
     facts=facts,
     golden=(
         GoldenCase("adam", lambda: Adam(lr=1e-2), "Adam, eps after sqrt(vhat) (E1), t from 1", _ADAM),

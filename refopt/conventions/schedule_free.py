@@ -198,6 +198,8 @@ def atlas_sf_adamw_decay():
 
 CONVENTIONS = Conventions(
     rules=(ScheduleFreeSGD, ScheduleFreeAdamW),
+    final="the interpolation y = (1 - beta) z + beta x, the averaging weight c_t or the z step",
+    per_step="the averaging weight c_t and the warmup",
     mappings=(FB_SGD, FB_ADAMW, OPTAX_SGD, OPTAX_ADAMW),
     no_peer={"torch": "torch.optim 2.13 has no Schedule-Free optimizer (schedulefree's classes are torch "
                       "optimizers: the schedulefree mappings)"},
