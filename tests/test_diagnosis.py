@@ -22,8 +22,9 @@ def _check(impl, rule, problems=PROBLEMS, steps=10):
 class Adam:
     """Adam (Kingma & Ba; torch's eps placement), with one switch per planted bug."""
 
-    def __init__(self, lr=0.01, b1=0.8, b2=0.95, eps=1e-8, wd=0.0, bug=None, schedule=None):
+    def __init__(self, lr=0.01, b1=0.8, b2=0.95, eps=1e-8, wd=0.0, bug=None, schedule=None, nesterov=False):
         self.lr, self.b1, self.b2, self.eps, self.wd, self.bug, self.schedule = lr, b1, b2, eps, wd, bug, schedule
+        self.nesterov = nesterov          # optax.nadam's look-ahead b1 m/(1 - b1^(t+1)) + (1 - b1) g/(1 - b1^t)
 
     def init(self, params):
         return {"t": 0, "exp_avg": [np.zeros_like(x) for x in params], "exp_avg_sq": [np.zeros_like(x) for x in params]}
@@ -43,7 +44,11 @@ class Adam:
             den = np.sqrt(v) / math.sqrt(1 - b2 ** t2) + self.eps
             if self.bug == "eps inside":
                 den = np.sqrt(v / (1 - b2 ** t2) + self.eps)
-            out.append(x - lr / (1 - b1 ** t1) * m / den)
+            if self.nesterov:
+                tn = t if self.bug == "nadam t" else t + 1
+                out.append(x - lr * (b1 * m / (1 - b1 ** tn) + (1 - b1) * g / (1 - b1 ** t1)) / den)
+            else:
+                out.append(x - lr / (1 - b1 ** t1) * m / den)
             ms.append(m)
             vs.append(v)
         return out, {"t": t, "exp_avg": ms, "exp_avg_sq": vs}
@@ -102,7 +107,9 @@ def test_correct_implementations_agree_and_need_no_diagnosis():
     (ClipAdam(0.5, per_leaf=True), f"ClipByGlobalNorm({ADAM}, max_norm=0.5)", "clip per leaf"),   # scope
     (ClipAdam(0.5, bug="eps inside"), f"ClipByGlobalNorm({ADAM}, max_norm=0.5)",
      "eps inside the sqrt (base)"),                                                  # a wrapper's base variant
-], ids=["swap", "complement", "counter-place", "counter-frozen", "clip-scope", "base"])
+    (Adam(bug="nadam t", nesterov=True), "Adam(lr=0.01, beta1=0.8, beta2=0.95, nesterov=True)",
+     "the NAdam look-ahead's 1 - beta1^(t+1): counter t - 1"),                      # a place defined at t = 1
+], ids=["swap", "complement", "counter-place", "counter-frozen", "clip-scope", "base", "nadam-place"])
 def test_generated_variants_name_the_bug(impl, rule, name):
     r = _check(impl, rule)
     assert not r.agree and r.best.name == name and r.best.reproduces, r.report()
@@ -149,6 +156,31 @@ def test_a_partition_group_rule_applied_to_every_leaf_is_named():
     assert _check(Grouped(False), rule).agree
 
 
+def test_an_adapter_variant_runs_inside_its_partition_group():
+    """A variant that is not a refopt rule (here the frozen step counter) runs on its group's leaves with the
+    rule on the others: a counter stuck only in the matrices' group is named there. Negative control: the
+    counter stuck everywhere is the whole rule's variant, not the group's."""
+    rule = refopt.Partition({"hidden": refopt.Adam(lr=0.01, beta1=0.8, beta2=0.95),
+                             "other": refopt.Adam(lr=0.02, beta1=0.8, beta2=0.95)},
+                            labels=refopt.rules.partition.matrix_labels)
+
+    class Groups:
+        def __init__(self, frozen_everywhere):
+            self.sides = [Adam(bug="frozen"), Adam(lr=0.02, bug="frozen" if frozen_everywhere else None)]
+
+        def init(self, params):
+            return [a.init(params) for a in self.sides]
+
+        def step(self, s, params, grads):
+            outs = [a.step(si, params, grads) for a, si in zip(self.sides, s)]
+            return [outs[0 if np.ndim(x) >= 2 else 1][0][i] for i, x in enumerate(params)], [o[1] for o in outs]
+
+    r = _check(Groups(False), rule)
+    assert r.best.name == "step counter frozen at 1 (group 'hidden')" and r.best.reproduces, r.report()
+    r = _check(Groups(True), rule)
+    assert r.best.name == "step counter frozen at 1" and r.best.reproduces, r.report()
+
+
 def test_wrapped_state_fields_are_paired_by_name():
     """ClipByGlobalNorm(Adam)'s base.m and base.v pair with exp_avg and exp_avg_sq by name (they were paired by
     value, base.m with the user's second moment). Negative control: a plain Adam pairs m with exp_avg too."""
@@ -160,13 +192,18 @@ def test_wrapped_state_fields_are_paired_by_name():
 
 @pytest.mark.parametrize("bug,finding", [
     ("decay sign", "the decay has the opposite sign"),
+    ("no decay", "the decay is missing"),
     ("sum momentum", "the state m is 5 x refopt's at every step and leaf (= 1/(1 - beta1))"),
     ("abs in v", "the state v differs from step 1, where its update sees the same params and gradient on both "
                  "sides, while m agrees at step 1"),
-], ids=["decay-term", "state-ratio", "first-state"])
+], ids=["decay-term", "decay-missing", "state-ratio", "first-state"])
 def test_the_evidence_names_what_no_variant_reproduces(bug, finding):
-    rule = "AdamW(lr=0.01, beta1=0.8, beta2=0.95, weight_decay=0.1)" if bug == "decay sign" else ADAM
+    decay = bug in ("decay sign", "no decay")
+    rule = "AdamW(lr=0.01, beta1=0.8, beta2=0.95, weight_decay=0.1)" if decay else ADAM
     r = _check(Adam(bug=bug, wd=0.1 if bug == "decay sign" else 0.0), rule)
+    if bug == "no decay":    # the named variant 'no weight decay' reproduces it; the evidence says the same
+        assert r.best.reproduces and "decay is missing" in "\n".join(r.evidence), r.report()
+        return
     assert not r.best.reproduces and r.lead and finding in r.lead, r.report()
     assert r.diagnosis_line() == f"DIAGNOSIS: {r.lead}."
     assert "the closest" not in r.diagnosis_line()

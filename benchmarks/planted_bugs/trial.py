@@ -6,7 +6,8 @@ session that had not read refopt's diagnosis code; each buggy one states its bug
 manifest ("bug"), with the words a correct diagnosis should contain ("keywords": a first, automatic reading;
 the table in docs/crosscheck.md is judged by reading each line).
 
-    python benchmarks/planted_bugs/trial.py [--steps 30] [--problems stream quadratic mlp] [--only ID ...]
+    python benchmarks/planted_bugs/trial.py [--manifest FILE] [--steps 30] [--problems stream quadratic mlp]
+                                            [--only ID ...] [--verbose]
 """
 import argparse
 import json
@@ -25,8 +26,10 @@ def main() -> int:
     ap.add_argument("--problems", nargs="+", default=["stream", "quadratic", "mlp"])
     ap.add_argument("--only", nargs="+", default=None)
     ap.add_argument("--verbose", action="store_true", help="print each full report")
+    ap.add_argument("--manifest", default=os.path.join(HERE, "manifest.json"),
+                    help="the trial's manifest (round2/manifest.json: the second trial)")
     args = ap.parse_args()
-    with open(os.path.join(HERE, "manifest.json")) as f:
+    with open(args.manifest) as f:
         manifest = json.load(f)
     rows = []
     for m in manifest:

@@ -16,7 +16,8 @@ plain-numpy oracle with a switch, run on the same inputs by the plug-in cross-ch
 * **counters**: the schedule read at t - 1 (counted from 0: refopt's schedules are evaluated at the
   virtual step 0 by their formula, :meth:`refopt.schedules.Schedule._at`), at t + 1, or frozen at t = 1;
   and, for each place the conventions file names (``Conventions.counters``, e.g. Adam's two bias
-  corrections), that place's counter at t + 1 or frozen at 1, one place at a time, plus the whole rule's
+  corrections, its Nesterov look-ahead), that place's counter at t + 1 or frozen at 1 (and t - 1 where the
+  place is defined at t = 1), one place at a time, plus the whole rule's
   counter frozen (a state whose step never advances) or one ahead;
 * **scope**: for a :class:`~refopt.rules.partition.Partition`, each group's rule applied to every leaf
   and every variant of each group's rule in its group; for a wrapper (a ``base`` field), every variant of
@@ -35,7 +36,7 @@ from refopt.conventions._variants import Variant, oracle_variant, rule_variant, 
 from refopt.rules._checks import ChoiceError
 from refopt.testing.adapters import Adapter
 
-__all__ = ["generated", "choices", "INERT", "shifted_schedule", "CounterShift"]
+__all__ = ["generated", "choices", "INERT", "shifted_schedule", "CounterShift", "GroupVariant"]
 
 #: fields whose value does not change the numbers of a step (the device Newton-Schulz runs on)
 INERT = frozenset({"msign_backend"})
@@ -162,8 +163,10 @@ def _counter_variants(rule) -> list:
            Variant("step counter one ahead", "t + 1 at step t everywhere the rule reads t (counted from 0 and "
                    "incremented first, or incremented twice)",
                    lambda: CounterShift(oracle(rule), "next", "step counter one ahead"))]
-    for place, what in (conv.counters(rule) if callable(conv.counters) else conv.counters):
-        for how, label in (("next", "t + 1"), ("frozen", "frozen at 1")):
+    labels = {"next": "t + 1", "prev": "t - 1", "frozen": "frozen at 1"}
+    for place, what, *modes in (conv.counters(rule) if callable(conv.counters) else conv.counters):
+        for how in (modes[0] if modes else ("next", "frozen")):
+            label = labels[how]
             out.append(oracle_variant(rule, f"{what}: counter {label}", f"only {what} reads its step "
                                       f"counter as {label}; every other place reads t", counter={place: how}))
     return out
@@ -199,7 +202,40 @@ def _partition_variants(rule) -> list:
             elif v.switches is not None:
                 out.append(Variant(name, v.detail, lambda v=v, label=label, name=name: oracle(
                     rule, name=name, subs={label: v.make()}), switches={"subs": {label: v.switches}}))
+            else:     # an adapter (W^T, a shifted counter): run on the group's leaves, the rule on the others
+                out.append(Variant(name, v.detail, lambda v=v, label=label, name=name: GroupVariant(
+                    rule, label, v.make(), name)))
     return out
+
+
+class GroupVariant(Adapter):
+    """A :class:`~refopt.rules.partition.Partition` whose group ``label`` is stepped by another adapter (a
+    variant that is not a refopt rule: the rule on W^T, a shifted counter), its other leaves by the rule.
+    The groups of a Partition are independent, so the group's leaves alone are the adapter's whole tree."""
+
+    framework = "numpy"
+
+    def __init__(self, rule, label: str, inner: Adapter, name: str):
+        from refopt.testing.adapters import RuleAdapter
+        self.rule, self.label, self.inner, self.name, self.whole = rule, label, inner, name, RuleAdapter(rule)
+
+    def init(self, params):
+        from refopt import tree as T
+        xs, paths, _ = T.flatten(params)
+        idx = [i for i, (p, x) in enumerate(zip(paths, xs)) if self.rule.label_of(p, x) == self.label]
+        return idx, self.whole.init(params), self.inner.init([xs[i] for i in idx])
+
+    def step(self, state, params, grads):
+        idx, whole, inner = state
+        out, whole = self.whole.step(whole, params, grads)
+        sub, inner = self.inner.step(inner, [params[i] for i in idx], [grads[i] for i in idx])
+        out = list(out)
+        for j, i in enumerate(idx):
+            out[i] = sub[j]
+        return out, (idx, whole, inner)
+
+    def state_arrays(self, state) -> dict:
+        return {}
 
 
 def generated(rule) -> list:

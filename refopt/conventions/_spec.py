@@ -364,8 +364,8 @@ class Conventions:
     (:mod:`refopt.testing.expected`; ``facts_of(base)`` gives a nested rule's); golden: golden cases;
     examples: the generic tests' configurations; atlas: the names of the divergence-atlas entries about the
     rule; cli: ``refopt train --optimizer`` names built generically; counters: the places the oracle reads
-    the step counter t, as (switch key, what) pairs or rule -> pairs (the oracle's ``counter={key: 'next' |
-    'frozen'}`` switch reads t + 1 or 1 there: the generated counter variants,
+    the step counter t, as (switch key, what[, modes]) tuples or rule -> tuples (the oracle's ``counter={key: 'next' |
+    'prev' | 'frozen'}`` switch reads t + 1, t - 1 or 1 there: the generated counter variants,
     :mod:`refopt.conventions._generated`); final: what the step computes from the state, in words (the
     evidence names it when the state agrees and the update differs, :mod:`refopt.crosscheck.evidence`);
     per_step: the rule's per-step scalar factors, in words (named when the updates are parallel with a

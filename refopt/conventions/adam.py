@@ -22,7 +22,8 @@ class AdamOracle(Oracle):
     'inside_sq' (sqrt(vhat + eps^2)) | 'hat' (lr sqrt(1-b2^t)/(1-b1^t) m/(sqrt(v) + eps)); ``bias``
     'standard' | 'off_by_one' (1 - b^(t+1)) | 'none' | 'm_only' | 'v_only'; ``decay`` 'none' | 'l2' |
     'decoupled' | 'independent' | 'after'; ``nesterov`` (optax's mix); ``counter`` {'bc1' | 'bc2': 'next' |
-    'frozen'}: that bias correction reads t + 1 or 1; and lr, weight_decay overriding the rule's."""
+    'prev' | 'frozen'} (and 'nesterov': optax's look-ahead 1 - b1^(t+1)): that place reads t + 1, t - 1 or 1;
+    and lr, weight_decay overriding the rule's."""
 
     def __init__(self, rule, name=None, **sw):
         super().__init__(rule, name, **sw)
@@ -65,7 +66,7 @@ class AdamOracle(Oracle):
         step, u_scale = lr / bc1, 1.0 / bc1
         if self.nesterov:
             if self.psi is None:                     # optax.nadam: constant beta1
-                c_m, c_g = b1 / (1.0 - b1 ** (tb + 1)), (1.0 - b1) / bc1
+                c_m, c_g = b1 / (1.0 - b1 ** (_counted(tb, self.counter.get("nesterov")) + 1)), (1.0 - b1) / bc1
             else:                                    # torch.optim.NAdam: mu_k = b1 (1 - 0.96^(k psi)/2)
                 mu = [b1 * (1.0 - 0.5 * 0.96 ** (k * self.psi)) for k in range(1, t + 2)]
                 prod = 1.0
@@ -102,7 +103,7 @@ class AdamOracle(Oracle):
 
 
 def _counted(t: int, how) -> int:
-    return t + 1 if how == "next" else 1 if how == "frozen" else t
+    return t + 1 if how == "next" else t - 1 if how == "prev" else 1 if how == "frozen" else t
 
 
 def ConventionAdam(lr, beta1, beta2, eps, weight_decay=0.0, decay="none", eps_mode="outside", bias="standard",
@@ -433,7 +434,10 @@ CONVENTIONS = Conventions(
     ),
     oracle=AdamOracle,
     variants=variants,
-    counters=(("bc1", "the bias correction of m (1 - beta1^t)"), ("bc2", "the bias correction of v (1 - beta2^t)")),
+    counters=lambda rule: (("bc1", "the bias correction of m (1 - beta1^t)"),
+                           ("bc2", "the bias correction of v (1 - beta2^t)"))
+    + ((("nesterov", "the NAdam look-ahead's 1 - beta1^(t+1)", ("next", "prev", "frozen")),)
+       if rule.nesterov and rule.momentum_decay is None else ()),
     facts=facts,
     golden=(
         GoldenCase("adam", lambda: Adam(lr=1e-2), "Adam, eps after sqrt(vhat) (E1), t from 1", _ADAM),

@@ -214,8 +214,7 @@ def gather(rule, runs: list) -> Evidence:
     if differ and later and first_diff == 1:
         leads["state"] = (f"the state {', '.join(firsts)} differs from step 1, where its update sees the same params "
                           f"and gradient on both sides, while {', '.join(later)} agree{'s' if len(later) == 1 else ''} "
-                          f"at step 1: the update of {', '.join(firsts)} differs (its coefficient or its input: a "
-                          f"gradient with or without a decay term or clipping)")
+                          f"at step 1: the update of {', '.join(firsts)} differs ({_INPUTS})")
     elif differ and not later and first_diff == 1:
         per = _texts(rule, "per_step")
         leads["state"] = (f"every state field ({', '.join(firsts)}) differs from step 1, where its update sees the same "
@@ -225,8 +224,7 @@ def gather(rule, runs: list) -> Evidence:
     elif differ and agree:
         leads["state"] = (f"the update of the state {', '.join(differ)} differs ({'; '.join(f'{f} from step {fields[f][1]}' for f in differ)}) "
                           f"while {', '.join(agree)} agree{'s' if len(agree) == 1 else ''} at every step: "
-                          f"{'its' if len(differ) == 1 else 'their'} coefficient or the input fed to "
-                          f"{'it' if len(differ) == 1 else 'them'} (a gradient with or without a decay term or clipping)")
+                          f"{'its' if len(differ) == 1 else 'their'} update differs ({_INPUTS})")
     ratio = _state_ratio(bad, differ, rule)
     if ratio:
         ev.lines.append(ratio)
@@ -259,6 +257,10 @@ def gather(rule, runs: list) -> Evidence:
             ev.lead = leads[key]
             break
     return ev
+
+
+_INPUTS = ("its coefficient: a beta, an averaging weight, a counter; or its input: the gradient with or without "
+           "a decay term or clipping, the iterate it averages")
 
 
 def _first_steps(bad) -> str:
@@ -335,14 +337,19 @@ def _leaf_groups(rule, bad) -> str | None:
         groups = _groups(rule, r["paths"], r["leaves"])
         labels = {lab for lab, d in zip(groups, diff) if d} if groups else set()
         if groups and all((lab in labels) == d for lab, d in zip(groups, diff)):
-            return (f"only the leaves of Partition group(s) {sorted(labels)} differ [{r['problem']}]: the rule or "
-                    f"an option of that group")
+            subs = [rule.rules[lab] for lab in sorted(labels)]
+            steps = "; ".join(t for sub in subs for t in _texts(sub, "final"))
+            return (f"only the leaves of Partition group(s) {sorted(labels)} differ [{r['problem']}]: the rule of "
+                    f"that group ({', '.join(type(sub).__name__ for sub in subs)}) or one of its options"
+                    + (f" -- its step: {steps}" if steps else ""))
+        steps = "; ".join(_texts(rule, "final"))
         if all((n <= 1) == d for n, d in zip(nd, diff)):
             return (f"only the vectors (ndim <= 1: {', '.join(dpaths)}) differ, the matrices agree [{r['problem']}]: "
                     f"an option applied per group of leaves (a decay or a rule on biases and gains)")
         if all((n >= 2) == d for n, d in zip(nd, diff)):
             return (f"only the matrices (ndim >= 2) differ, the vectors agree [{r['problem']}]: an option applied "
-                    f"per group of leaves, or a matrix-only formula")
+                    f"per group of leaves, or a formula that acts on matrices only" + (f" -- the step: {steps}" if steps
+                                                                                       else ""))
         return f"only some leaves differ [{r['problem']}]: {', '.join(dpaths)}"
     return None
 
@@ -403,6 +410,10 @@ def _decay(rule, bad) -> str | None:
                     ok = False
         if ok:
             return f"{head}: {what}"
+    ratio = np.array([k / (lr * wd * (1.0 if sched is None else float(sched(t)))) for t, k in ks])
+    if np.all(np.abs(ratio - 1) <= 10 * DECAY_FIT):
+        return (f"{head}: refopt's decay term lr_t wd x is missing from your step at every step (with L2 decay in the "
+                f"gradient: the term left out of one of the places your step uses the gradient, e.g. a look-ahead)")
     return head + f" ({ks[0][1] / (lr * wd):.4g} lr wd at step {ks[0][0]})"
 
 
