@@ -473,11 +473,11 @@ def test_diagnosis_names_no_closest_variant_farther_than_the_rule():
 
     res = check_impl(off, rule="AdamW(lr=0.01, weight_decay=0.01)", kwargs={"lr": 0.01, "weight_decay": 0.01},
                      steps=6, problems=("stream",))
-    text = res.report()
-    assert not res.agree and "or comes closer to them than the rule itself" in text and "the closest is" not in text
+    line = res.diagnosis_line()
+    assert not res.agree and "the closest" not in line and "1.001 x refopt's at every step" in line, line
     near = check_impl(torch.optim.AdamW, rule="Adam(lr=0.01, weight_decay=0.01)",
                       kwargs={"lr": 0.01, "weight_decay": 0.01}, steps=6, problems=("stream",))
-    assert "reproduces your numbers (" in near.report() or "the closest is" in near.report()
+    assert "reproduces your numbers (" in near.report() or "the closest" in near.report()
 
 
 class _InPlaceMomentumSGD:
@@ -557,8 +557,8 @@ def test_loading_with_an_equal_rule_of_numpy_scalars_does_not_warn(tmp_path):
 
 
 def test_a_schedule_table_covering_only_the_run_does_not_break_the_diagnosis():
-    """The schedule-shift variants read the table one step past its end: they are skipped and the report
-    is made (no IndexError)."""
+    """The schedule-shift variants read the table one step past its end: they cannot run, the report is made
+    (no IndexError) and says so; --debug (``report(debug=True)``) names each with its error."""
     torch = pytest.importorskip("torch")
     from refopt.crosscheck.plugin import check_impl
 
@@ -566,6 +566,9 @@ def test_a_schedule_table_covering_only_the_run_does_not_break_the_diagnosis():
     rule = refopt.Adam(lr=0.01, schedule=lambda t: table[t - 1])
     res = check_impl(torch.optim.Adam, rule=rule, kwargs={"lr": 0.01}, steps=4, problems=("stream",))
     assert not res.agree and "DIAGNOSIS" in res.report()
+    assert [n for n, _, _ in res.not_run] == ["schedule one step ahead", "step counter one ahead"], res.not_run
+    assert "2 variant(s) could not run (--debug lists them)" in res.report()
+    assert "schedule one step ahead [stream]: IndexError: list index out of range" in res.report(debug=True)
 
 
 def test_an_optimizer_the_adapter_cannot_replay_is_refused_not_judged():

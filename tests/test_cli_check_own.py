@@ -89,16 +89,29 @@ def test_crosscheck_impl_jax(capsys):
     assert "AGREE" in capsys.readouterr().out
 
 
-def test_invariants_cli(user_file, capsys):
+def test_invariants_cli(user_file, capsys, tmp_path, monkeypatch):
+    """Only the failures' counterexamples are printed (SGD's expected gradient-scale failure is not), each
+    saved in full precision with the command that replays it; the replay reproduces the failure (exit 1)."""
+    monkeypatch.chdir(tmp_path)
     argv = ["invariants", "--impl", f"{user_file}:GoodSGD", "--rule", "SGD(lr=0.1)", "--max-examples", "3",
             "--properties", "gradient_scale_invariance", "orthogonal_equivariance", "purity"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "gradient_scale_invariance" in out and "expected" in out and "orthogonal_equivariance" in out
+    assert "counterexample" not in out and not os.path.exists("refopt_counterexamples")
     # an Adam claimed to be SGD: orthogonal equivariance, which SGD has, fails
     argv[2], argv[4] = "torch.optim:Adam", "SGD(lr=0.1)"
     assert main(argv) == 1
-    assert "FAILED: orthogonal_equivariance" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "FAILED: orthogonal_equivariance" in out
+    cex = [ln.strip() for ln in out.splitlines() if ln.strip().startswith(("gradient_scale_invariance:",
+                                                                            "orthogonal_equivariance:"))]
+    assert len(cex) == 1 and cex[0].startswith("orthogonal_equivariance:"), out   # not the expected one
+    saved = os.path.join("refopt_counterexamples", "orthogonal_equivariance.npz")
+    assert os.path.isfile(saved) and f"--replay {saved}" in out
+    assert main(argv[:5] + ["--replay", saved]) == 1
+    out = capsys.readouterr().out
+    assert "your code:   FAILS" in out and "refopt rule: holds" in out, out
     assert main(["invariants", "--impl", f"{user_file}:GoodSGD", "--rule", "SGD()", "--properties", "nope"]) == 2
 
 

@@ -99,11 +99,12 @@ def test_wrong_optax_implementation_caught_and_named(case):
 
 
 def test_negative_control_the_diagnosis_does_not_claim_an_unknown_bug():
-    """An Adam whose lr is off by 1 % matches no convention variant: the closest is named but marked as
-    not reproducing the numbers."""
+    """An Adam whose lr is off by 1 % matches no convention variant and none comes clearly closer: no variant
+    is named as a lead; the evidence names the constant ratio 1.01 of the updates (the lr 0.0101)."""
     r = _check(torch.optim.Adam, "Adam(lr=0.01)", {"lr": 0.0101})
-    assert not r.agree and not r.best.reproduces
-    assert "no known convention variant reproduces your numbers" in r.report()
+    assert not r.agree and not r.best.reproduces and not r.best.clearly_closer, r.report()
+    line = r.diagnosis_line()
+    assert "the closest" not in line and "1.01 x refopt's at every step" in line and "an lr of 0.0101" in line, line
 
 
 def test_float32_and_arguments():

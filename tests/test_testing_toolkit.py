@@ -121,6 +121,74 @@ def test_invariants_report_torch_adam_and_wrong_claim():
     assert rep.exit_code == 0 and rep.rows[0][4] == "expected"      # an expected failure is not an error
 
 
+class _CubedSGD:
+    """x - lr g |g|^2: fails gradient-scale invariance as SGD does, but by c^3 where SGD's error is c."""
+
+    def init(self, params):
+        return None
+
+    def step(self, state, params, grads):
+        return [x - 0.1 * g * np.abs(g) ** 2 for x, g in zip(params, grads)], state
+
+
+def test_an_expected_failure_far_worse_than_the_rules_own_is_a_fail(tmp_path):
+    """SGD is not gradient-scale invariant, so an SGD implementation failing it is 'expected'; one whose error
+    is more than 10x the rule's own on the same input (the rule replayed on the implementation's
+    counterexample) is a FAIL, with the input saved in full and replayable. Negative control: a correct SGD
+    stays 'expected' (exit 0) and saves nothing."""
+    prop = ["gradient_scale_invariance"]
+    rep = P.invariants(_CubedSGD(), "SGD(lr=0.1)", framework="numpy", properties=prop, max_examples=5,
+                       save_dir=str(tmp_path), command="refopt invariants --impl my.py:cubed --rule 'SGD(lr=0.1)'")
+    (name, _, ref, mine, verdict, why) = rep.rows[0]
+    assert verdict == "FAIL" and rep.exit_code == 1 and "x the rule's own" in why, rep.table()
+    assert ref.holds is False and mine.holds is False
+    saved = tmp_path / "gradient_scale_invariance.npz"
+    assert mine.replay_file == str(saved) and saved.exists()
+    assert f"replay: refopt invariants --impl my.py:cubed --rule 'SGD(lr=0.1)' --replay {saved}" in rep.table()
+    case, meta = P.load_case(str(saved))
+    assert meta["property"] == "gradient_scale_invariance" and meta["rule"] == "SGD(lr=0.1)"
+    assert case["c"] == mine.case["c"] and all(np.array_equal(a, b) for a, b in zip(case["x0"], mine.case["x0"]))
+    again, rule_there = P.replay(str(saved), _CubedSGD(), framework="numpy")
+    assert again.err == mine.err and again.holds is False and rule_there.err * 10 < again.err
+    with pytest.raises(AssertionError, match="gradient_scale_invariance"):
+        rep.check()
+    ok = P.invariants(_PlainSGD(), "SGD(lr=0.1)", framework="numpy", properties=prop, max_examples=5,
+                      save_dir=str(tmp_path / "none"))
+    assert ok.rows[0][4] == "expected" and ok.exit_code == 0 and not (tmp_path / "none").exists(), ok.table()
+    assert "counterexample" not in ok.table() and ok.check() is ok
+
+
+class _PlainSGD:
+    def init(self, params):
+        return None
+
+    def step(self, state, params, grads):
+        return [x - 0.1 * g for x, g in zip(params, grads)], state
+
+
+def test_every_property_has_a_raising_form_for_pytest():
+    """P.check(name, impl) and assert_<name>(impl) raise AssertionError with the description and the
+    counterexample when the property fails, and return the Outcome when it holds (negative control)."""
+    for p in P.PROPERTIES:
+        assert callable(getattr(P, f"assert_{p.name}")) and f"assert_{p.name}" in P.__all__
+    with pytest.raises(AssertionError, match=r"gradient_scale_invariance FAILS \(err .*counterexample \{x0="):
+        P.assert_gradient_scale_invariance(_PlainSGD(), framework="numpy", max_examples=3)
+    out = P.assert_permutation_equivariance(_PlainSGD(), framework="numpy", max_examples=3)
+    assert out.holds is True
+    assert P.check("determinism", refopt.Adam(lr=0.01), max_examples=2).holds is True
+    with pytest.raises(ValueError, match="unknown property 'nope'"):
+        P.check("nope", _PlainSGD(), framework="numpy")
+
+
+def test_counterexamples_print_full_precision_on_one_line():
+    """A counterexample is one line (no array layout), floats in full precision (replayable by hand), larger
+    arrays by shape."""
+    v = 0.1 + 1e-12
+    assert P._fmt({"x0": [np.array([v])], "c": 2.718281828459045}) == f"{{x0=[[{v!r}]], c=2.718281828459045}}"
+    assert float(repr(v)) == v
+    assert P._fmt(np.zeros((3, 4))) == "<(3, 4) float64>"
+
+
 def test_invariants_property_selection_checked_before_any_work():
     """properties=[] or a misspelt name is a ValueError naming the known properties (never a run that
     checks nothing and exits 0), raised before anything runs (the implementation here raises if it is ever called); one

@@ -37,7 +37,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def _add_debug(p: argparse.ArgumentParser, default) -> None:
     p.add_argument("--debug", action="store_true", default=default,
-                   help="on an unexpected error, show the Python traceback instead of one line")
+                   help="on an unexpected error, show the Python traceback instead of one line; crosscheck --impl: "
+                        "also list the diagnosis variants that could not run, with their errors")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -117,7 +117,7 @@ def run_impl(args: argparse.Namespace) -> int:
                                                  name=name), "crosscheck")
     if code:
         return code
-    print(res.report())
+    print(res.report(debug=getattr(args, "debug", False)))
     if args.json:
         from dataclasses import asdict
         with open(args.json, "w") as f:

@@ -363,7 +363,13 @@ class Conventions:
     facts: (rule, facts_of) -> {fact: bool}, the invariance facts the theory gives
     (:mod:`refopt.testing.expected`; ``facts_of(base)`` gives a nested rule's); golden: golden cases;
     examples: the generic tests' configurations; atlas: the names of the divergence-atlas entries about the
-    rule; cli: ``refopt train --optimizer`` names built generically."""
+    rule; cli: ``refopt train --optimizer`` names built generically; counters: the places the oracle reads
+    the step counter t, as (switch key, what[, modes]) tuples or rule -> tuples (the oracle's ``counter={key: 'next' |
+    'prev' | 'frozen'}`` switch reads t + 1, t - 1 or 1 there: the generated counter variants,
+    :mod:`refopt.conventions._generated`); final: what the step computes from the state, in words (the
+    evidence names it when the state agrees and the update differs, :mod:`refopt.crosscheck.evidence`);
+    per_step: the rule's per-step scalar factors, in words (named when the updates are parallel with a
+    ratio that varies with t)."""
 
     rules: tuple
     mappings: tuple = ()
@@ -378,3 +384,6 @@ class Conventions:
     examples: tuple = ()
     atlas: tuple = ()
     cli: tuple = ()
+    counters: Callable | tuple = ()
+    final: str = ""
+    per_step: str = ""

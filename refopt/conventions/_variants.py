@@ -3,8 +3,8 @@ r"""The diagnosis variants of a rule: the known ways an implementation of it can
 A conventions file's ``variants`` (:class:`~refopt.conventions._spec.Conventions`) lists its rule's
 variants with these: :func:`oracle_variant` (the rule's plain-numpy oracle with one convention switched),
 :func:`rule_variant` (the refopt rule with other hyperparameters), :func:`base_variants` (a wrapper around
-each of its base rule's variants). :func:`variants` gathers a rule's own variants and the generic ones
-(weight decay on matrices only, the schedule read one step early or late); :mod:`refopt.crosscheck.variants`
+each of its base rule's variants). :func:`variants` gathers a rule's named variants and the generated ones
+(:mod:`refopt.conventions._generated`: every option changed, pairs swapped, counters shifted, scopes widened); :mod:`refopt.crosscheck.variants`
 describes them and is where the plug-in cross-check reads them. The module imports only the registry
 (:mod:`refopt.conventions`), no conventions file and no cross-check module, so that the conventions files can
 import it.
@@ -105,48 +105,39 @@ def _decayed_labels(path: str, x) -> str:
     return "decayed" if np.ndim(x) >= 2 else "not_decayed"
 
 
-def _shifted(schedule, shift: int):
-    def gamma(t):
-        return schedule(t + shift)
-    return gamma
-
-
 def _generic(rule) -> list[Variant]:
-    """Weight decay on matrices only (the usual torch parameter groups: no decay on biases and gains), and
-    the schedule read one step early or late (a torch LR scheduler stepped before the optimizer, or counted
-    from 0: docs/divergences.md)."""
+    """Weight decay on matrices only (the usual torch parameter groups: no decay on biases and gains)."""
     from refopt.rules.partition import Partition
 
-    out = []
-    if (getattr(rule, "weight_decay", 0) or 0) > 0:
-        no_wd = try_replace(rule, weight_decay=0.0)
-        if no_wd is not None:
-            out.append(rule_variant("no weight decay on vectors", "weight decay on arrays of ndim >= 2 only: "
-                                    "biases and gains in a parameter group without decay (torch, nanoGPT, "
-                                    "timm practice)", Partition({"decayed": rule, "not_decayed": no_wd},
-                                                                labels=_decayed_labels)))
-    sched = getattr(rule, "schedule", None)
-    if callable(sched):
-        for name, detail, shift in (("schedule counted from 0", "gamma(t - 1) at step t: t counted from 0, "
-                                     "or a torch LR scheduler stepped before the optimizer", -1),
-                                    ("schedule one step ahead", "gamma(t + 1) at step t", 1)):
-            out.append(rule_variant(name, detail, try_replace(rule, schedule=_shifted(sched, shift))))
-    return [v for v in out if v is not None]
+    if not (getattr(rule, "weight_decay", 0) or 0) > 0:
+        return []
+    no_wd = try_replace(rule, weight_decay=0.0)
+    return [] if no_wd is None else [rule_variant(
+        "no weight decay on vectors", "weight decay on arrays of ndim >= 2 only: biases and gains in a parameter "
+        "group without decay (torch, nanoGPT, timm practice)",
+        Partition({"decayed": rule, "not_decayed": no_wd}, labels=_decayed_labels))]
 
 
-def _unique(vs: list) -> list[Variant]:
-    seen, out = set(), []
+def _unique(rule, vs: list) -> list[Variant]:
+    """The variants without repeats: one per name, one per rule (the first, a conventions file's named one,
+    is kept), none equal to ``rule`` itself."""
+    names, rules, out = set(), [rule], []
     for v in vs:
-        if v is not None and v.name not in seen:
-            seen.add(v.name)
-            out.append(v)
+        if v is None or v.name in names or (v.rule is not None and any(v.rule == r for r in rules)):
+            continue
+        names.add(v.name)
+        if v.rule is not None:
+            rules.append(v.rule)
+        out.append(v)
     return out
 
 
 def variants(rule) -> list[Variant]:
-    """The convention variants of ``rule`` (see the module docstring); [] for a rule with none known."""
+    """The diagnosis variants of ``rule``: its conventions file's named ones first, then the generated ones
+    (:func:`refopt.conventions._generated.generated`) and weight decay on matrices only."""
     from refopt.conventions import for_rule
+    from refopt.conventions._generated import generated
 
     conv = for_rule(rule)
     own = conv.variants(rule) if conv is not None and conv.variants is not None else []
-    return _unique(list(own) + _generic(rule))
+    return _unique(rule, list(own) + _generic(rule) + generated(rule))

@@ -21,8 +21,9 @@ class AdamOracle(Oracle):
     Switches (the diagnosis variants): ``eps_mode`` 'outside' (E1) | 'inside' (sqrt(vhat + eps)) |
     'inside_sq' (sqrt(vhat + eps^2)) | 'hat' (lr sqrt(1-b2^t)/(1-b1^t) m/(sqrt(v) + eps)); ``bias``
     'standard' | 'off_by_one' (1 - b^(t+1)) | 'none' | 'm_only' | 'v_only'; ``decay`` 'none' | 'l2' |
-    'decoupled' | 'independent' | 'after'; ``nesterov`` (optax's mix); and lr, weight_decay overriding the
-    rule's."""
+    'decoupled' | 'independent' | 'after'; ``nesterov`` (optax's mix); ``counter`` {'bc1' | 'bc2': 'next' |
+    'prev' | 'frozen'} (and 'nesterov': optax's look-ahead 1 - b1^(t+1)): that place reads t + 1, t - 1 or 1;
+    and lr, weight_decay overriding the rule's."""
 
     def __init__(self, rule, name=None, **sw):
         super().__init__(rule, name, **sw)
@@ -35,6 +36,7 @@ class AdamOracle(Oracle):
         self.nesterov = sw.get("nesterov", rule.nesterov)
         self.psi = rule.momentum_decay if self.nesterov else None
         self.amsgrad, self.schedule = rule.amsgrad, rule.schedule
+        self.counter = sw.get("counter", {})
 
     def init_leaf(self, x, path):
         s = {"m": np.zeros_like(x), "v": np.zeros_like(x)}
@@ -52,8 +54,9 @@ class AdamOracle(Oracle):
         m = s["m"] = scalar(b1, d) * s["m"] + scalar(1.0 - b1, d) * g
         v = s["v"] = scalar(b2, d) * s["v"] + scalar(1.0 - b2, d) * (g * g)
         tb = t + 1 if self.bias == "off_by_one" else t
-        bc1 = 1.0 - b1 ** tb if self.bias in ("standard", "off_by_one", "m_only") else 1.0
-        bc2 = 1.0 - b2 ** tb if self.bias in ("standard", "off_by_one", "v_only") else 1.0
+        t1, t2 = (_counted(tb, self.counter.get(k)) for k in ("bc1", "bc2"))
+        bc1 = 1.0 - b1 ** t1 if self.bias in ("standard", "off_by_one", "m_only") else 1.0
+        bc2 = 1.0 - b2 ** t2 if self.bias in ("standard", "off_by_one", "v_only") else 1.0
         root = math.sqrt(bc2)
         if self.amsgrad == "bias_corrected":        # optax: the maximum of vhat
             v = s["v_max"] = np.maximum(s["v_max"], v * scalar(1.0 / bc2, d))
@@ -63,7 +66,7 @@ class AdamOracle(Oracle):
         step, u_scale = lr / bc1, 1.0 / bc1
         if self.nesterov:
             if self.psi is None:                     # optax.nadam: constant beta1
-                c_m, c_g = b1 / (1.0 - b1 ** (tb + 1)), (1.0 - b1) / bc1
+                c_m, c_g = b1 / (1.0 - b1 ** (_counted(tb, self.counter.get("nesterov")) + 1)), (1.0 - b1) / bc1
             else:                                    # torch.optim.NAdam: mu_k = b1 (1 - 0.96^(k psi)/2)
                 mu = [b1 * (1.0 - 0.5 * 0.96 ** (k * self.psi)) for k in range(1, t + 2)]
                 prod = 1.0
@@ -97,6 +100,10 @@ class AdamOracle(Oracle):
         if self.decay == "after":
             x = x * scalar(1.0 - lr * self.wd, d)
         return x
+
+
+def _counted(t: int, how) -> int:
+    return t + 1 if how == "next" else t - 1 if how == "prev" else 1 if how == "frozen" else t
 
 
 def ConventionAdam(lr, beta1, beta2, eps, weight_decay=0.0, decay="none", eps_mode="outside", bias="standard",
@@ -372,6 +379,8 @@ def atlas_amsgrad():
 
 CONVENTIONS = Conventions(
     rules=(Adam, AdamW),
+    final="the step lr/(1 - beta1^t) m/(sqrt(v)/sqrt(1 - beta2^t) + eps): its square root, eps, the bias corrections, the Nesterov mix or the AMSGrad maximum",
+    per_step="the bias corrections 1 - beta1^t and 1 - beta2^t",
     mappings=(TORCH_ADAM, TORCH_ADAMW, TORCH_NADAM, OPTAX_ADAM, OPTAX_ADAMW, OPTAX_NADAM, OPTAX_NADAMW, OPTAX_AMSGRAD),
     no_peer={"schedulefree": "schedulefree ships the Schedule-Free optimizers only (see ScheduleFreeAdamW)"},
     presets=(
@@ -425,6 +434,10 @@ CONVENTIONS = Conventions(
     ),
     oracle=AdamOracle,
     variants=variants,
+    counters=lambda rule: (("bc1", "the bias correction of m (1 - beta1^t)"),
+                           ("bc2", "the bias correction of v (1 - beta2^t)"))
+    + ((("nesterov", "the NAdam look-ahead's 1 - beta1^(t+1)", ("next", "prev", "frozen")),)
+       if rule.nesterov and rule.momentum_decay is None else ()),
     facts=facts,
     golden=(
         GoldenCase("adam", lambda: Adam(lr=1e-2), "Adam, eps after sqrt(vhat) (E1), t from 1", _ADAM),

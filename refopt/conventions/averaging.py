@@ -109,6 +109,9 @@ def atlas_ema():
 
 CONVENTIONS = Conventions(
     rules=(Average, EMA),
+    final="mu = (1 - c_t) mu + c_t x_t of the iterate after the step (its weights c_t, the debias, where it "
+          "starts) or the base's step",
+    per_step="the averaging weight c_t",
     mappings=(OPTAX_EMA,),
     no_peer={"torch": "torch.optim.swa_utils.AveragedModel is not an optimizer; the divergence atlas runs it beside "
                       "torch.optim.SGD (entry ema-start)",

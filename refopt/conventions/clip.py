@@ -15,17 +15,24 @@ from refopt.rules.sgd import SGD
 
 class ClipOracle(Oracle):
     """g <- g min(1, max_norm/(N + eps)), N = sqrt(sum ||g||_F^2) over the whole tree in float64 (c = 1 when
-    N + eps = 0), then the base rule's oracle. Switch ``eps`` overriding the rule's (the other peer's)."""
+    N + eps = 0), then the base rule's oracle. Switches: ``eps`` overriding the rule's (the other peer's);
+    ``per_leaf`` the norm and factor of each array on its own (a clip per tensor, not global)."""
 
     def __init__(self, rule, name=None, **sw):
         from refopt.conventions import oracle
         super().__init__(rule, name, **sw)
         self.base, self.eps = sw.get("base") or oracle(rule.base), sw.get("eps", rule.eps)
+        self.per_leaf = sw.get("per_leaf", False)
 
     def init_leaf(self, x, path):
         return self.base.init_leaf(x, path)
 
     def prepare(self, t, xs, gs):
+        if self.per_leaf:
+            return [self._clip([g])[0] for g in gs]
+        return self._clip(gs)
+
+    def _clip(self, gs):
         n = math.sqrt(sum(norm64(g) ** 2 for g in gs))
         den = n + self.eps
         c = 1.0 if den == 0.0 else min(1.0, self.rule.max_norm / den)
@@ -43,7 +50,9 @@ def variants(rule):
 
     other = 1e-6 if rule.eps == 0 else 0.0
     return [v(rule, f"clipping eps {other:g}", "N + 1e-6 in the factor (torch's clip_grad_norm_) vs N (optax)",
-              eps=other)] + base_variants(rule)
+              eps=other),
+            v(rule, "clip per leaf", "each array clipped by its own norm, min(1, max_norm/||g_i||), not by the "
+              "global norm of the whole tree", per_leaf=True)] + base_variants(rule)
 
 
 def facts(rule, of):
@@ -94,6 +103,8 @@ def atlas_clip():
 
 CONVENTIONS = Conventions(
     rules=(ClipByGlobalNorm,),
+    final="the base's step",
+    per_step="the clipping factor min(1, max_norm/(N + eps)), N = sqrt(sum of ||g_i||^2) over the whole tree",
     mappings=(OPTAX, TORCH),
     no_peer={"schedulefree": "schedulefree has no clipping (its optimizers take the gradients as given)"},
     presets=(OPTAX.preset("optax.clip_by_global_norm+adam", dict(max_norm=0.5, learning_rate=1e-2),

@@ -178,6 +178,8 @@ def atlas_lamb_zero():
 
 CONVENTIONS = Conventions(
     rules=(Covariant,),
+    final="the trust ratio ||x||/||u|| (the norm, its zero case) or the base's direction",
+    per_step="the trust ratio ||x||/||u||",
     mappings=(LAMB, LARS),
     no_peer={"torch": "torch.optim 2.13 has no LAMB or LARS", "schedulefree": "schedulefree has no trust ratio"},
     presets=(

@@ -52,6 +52,9 @@ def facts(rule, of):
 _SPHERE = "Hyperball stays on the sphere ||W|| = ||W_0||, which does not contain the quadratic's minimum"
 CONVENTIONS = Conventions(
     rules=(Hyperball,),
+    final="W - lr R N(u) then R N(y), N(v) = v/||v||_F over the whole array: the two normalisations, the radius R "
+          "or the base's direction",
+    per_step="the radius ratio",
     no_peer={"torch": "torch.optim 2.13 has no Hyperball", "optax": "optax 0.2.8 has no Hyperball",
              "schedulefree": "schedulefree has no Hyperball"},
     oracle=HyperballOracle,

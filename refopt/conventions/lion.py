@@ -95,6 +95,8 @@ def atlas_lion_default():
 
 CONVENTIONS = Conventions(
     rules=(Lion,),
+    final="sign(beta1 m + (1 - beta1) g): the interpolation (which coefficient, m before or after its update) or the decay",
+    per_step="",
     mappings=(OPTAX,),
     no_peer={"torch": "torch.optim 2.13 has no Lion", "schedulefree": "schedulefree ships the Schedule-Free "
                                                                         "optimizers only"},

@@ -35,6 +35,8 @@ def facts(rule, of):
 _ROW = tuple(0.05 * 0.97 ** k for k in range(50))
 CONVENTIONS = Conventions(
     rules=(LRTable,),
+    final="the base's step",
+    per_step="the lr table entry of the step",
     no_peer={"torch": "no peer replays a recorded lr table", "optax": "no peer replays a recorded lr table",
              "schedulefree": "no peer replays a recorded lr table"},
     oracle=LRTableOracle,

@@ -83,6 +83,10 @@ def variants(rule):
         out.append(rv(f"NS normalisation eps {label}", "X / (||X|| + eps) (add), X / max(||X||, eps) (clamp) or "
                       "X / ||X|| (none) before Newton-Schulz", _try(rule, eps_mode=mode, norm_eps=eps)))
     out.append(rv("exact msign (svd)", "the exact polar factor in place of Newton-Schulz", _try(rule, msign="svd")))
+    from refopt.linalg._msign import NS_PRESETS
+    for name in NS_PRESETS:
+        out.append(rv(f"ns_coeffs='{name}'", f"the Newton-Schulz coefficients '{name}' (refopt.linalg.NS_PRESETS)",
+                      _try(rule, ns_coeffs=name)))
     if rule.weight_decay > 0:
         out.append(rv("weight_decay 0", "the decay is missing", _try(rule, weight_decay=0.0)))
         if rule.weight_decay <= 1:
@@ -315,6 +319,8 @@ def atlas_muon_nesterov():
 
 CONVENTIONS = Conventions(
     rules=(Muon,),
+    final="msign of the momentum (Newton-Schulz: its coefficients, its number of iterations, the normalisation before it), the Nesterov mix or the shape scale",
+    per_step="a Nesterov bias correction",
     mappings=(TORCH, OPTAX),
     no_peer={"schedulefree": "schedulefree ships the Schedule-Free optimizers only"},
     presets=(

@@ -14,12 +14,12 @@ from refopt.rules.sgd import SGD
 
 class PartitionOracle(Oracle):
     """Each array stepped by the oracle of the rule its label selects (every sub-rule counts the steps t of
-    the whole rule)."""
+    the whole rule). Switch ``subs`` {label: oracle} replacing some groups' oracles (a group's variant)."""
 
     def __init__(self, rule, name=None, **sw):
         from refopt.conventions import oracle
         super().__init__(rule, name, **sw)
-        self.subs = {k: oracle(r) for k, r in rule.rules.items()}
+        self.subs = {k: sw.get("subs", {}).get(k) or oracle(r) for k, r in rule.rules.items()}
         self._labels = {}
 
     def _label(self, path, x):
@@ -83,6 +83,8 @@ def _sf_ema():
 
 CONVENTIONS = Conventions(
     rules=(Partition,),
+    final="the step of a group's rule",
+    per_step="",
     no_peer={"torch": "torch's parameter groups belong to one optimizer class; the cross-check runs each group's "
                       "optimizer as its own mapping",
              "optax": "optax.multi_transform of optax.contrib.muon's split is checked through optax.contrib.muon",

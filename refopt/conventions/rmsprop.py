@@ -69,6 +69,8 @@ TORCH = PeerMapping("torch.optim.RMSprop", "torch", "RMSprop",
 
 CONVENTIONS = Conventions(
     rules=(RMSprop,),
+    final="g/(sqrt(v) + eps): the square root, eps inside or outside, the centered variance v - a^2, or the momentum of that ratio",
+    per_step="",
     mappings=(TORCH,),
     no_peer={"optax": "optax.rmsprop adds eps inside its square root by default: a mapping is future work",
              "schedulefree": "schedulefree ships the Schedule-Free optimizers only"},

@@ -198,6 +198,9 @@ def atlas_sf_adamw_decay():
 
 CONVENTIONS = Conventions(
     rules=(ScheduleFreeSGD, ScheduleFreeAdamW),
+    final="y = (1 - beta) z + beta x from the updated z and x, x = (1 - c_t) x + c_t z with c_t = w_t/sum w "
+          "(w_t = t^r lr_max^weight_lr_power), or the z step",
+    per_step="the averaging weight c_t and the warmup",
     mappings=(FB_SGD, FB_ADAMW, OPTAX_SGD, OPTAX_ADAMW),
     no_peer={"torch": "torch.optim 2.13 has no Schedule-Free optimizer (schedulefree's classes are torch "
                       "optimizers: the schedulefree mappings)"},

@@ -320,6 +320,8 @@ def atlas_nesterov():
 
 CONVENTIONS = Conventions(
     rules=(SGD,),
+    final="the momentum buffer's use: the Nesterov look-ahead g + momentum b, dampening",
+    per_step="",
     mappings=(TORCH, OPTAX),
     no_peer={"schedulefree": "schedulefree ships the Schedule-Free optimizers only (see ScheduleFreeSGD)"},
     presets=(

@@ -8,10 +8,11 @@ compares after every step:
 
 * params: ``rel = max|impl - refopt| / max|refopt|`` per array (max-norm relative), and the per-step
   update ``||D_impl - D_refopt||_F / ||D_refopt||_F`` with ``D = x_t - x_{t-1}``;
-* state: every refopt state field (Adam ``m``, ``v``, SGD ``b``, Muon ``m``, ...) against the entry of the
-  implementation's state with the same shapes that is closest (torch ``exp_avg``, optax ``mu``, ...); it
-  is reported, and gated only where the implementation exposes same-shaped entries (an implementation
-  may keep its state in another form: then the params decide).
+* state: every refopt state field (Adam ``m``, ``v``, SGD ``b``, Muon ``m``, a wrapper's ``base.m``, ...)
+  against the implementation's entry of the same name (torch ``exp_avg``, optax ``mu``, ...; a wrapped
+  field by its last name), else the same-shaped entry closest to it; it is reported, and gated only where
+  the implementation exposes same-shaped entries (an implementation may keep its state in another form:
+  then the params decide).
 
 Tolerance (documented policy, the tiers of :mod:`refopt.crosscheck.presets`): float64 params and state
 within 1e-12 (float32 2e-5) -- "exact"; a rule with Newton-Schulz (Muon) 1e-10 (float32 2e-4), as BLAS
@@ -20,10 +21,16 @@ tier of torch.optim.Muon (per-step update within 0.06, 0.25 on the MLP and GPT g
 within 1e-12); for a JAX implementation of a Schedule-Free rule with warmup, optax's float32 warmup tier
 (1e-6). The result names the tier that holds.
 
-On a mismatch it names the first step and leaf that differ and runs the convention variants of the rule
-(:mod:`refopt.crosscheck.variants`) on the same inputs: the **diagnosis** is the variant that
-reproduces the implementation's numbers (its distance within the tier's tolerance, at least 100 times
-closer than the rule; 5 times for the bfloat16 tier), or else the closest one, marked as not reproducing them.
+On a mismatch it names the first step and leaf that differ, states the **evidence**
+(:mod:`refopt.crosscheck.evidence`: which state fields agree and from which step each differs, which
+leaves differ, the shape of the difference of the updates) and runs the variants of the rule
+(:mod:`refopt.crosscheck.variants`: the conventions file's and the generated ones) on the same inputs,
+ranked on the earliest differing steps (:mod:`refopt.crosscheck.diagnosis`). The **DIAGNOSIS** line names
+the variant that reproduces the implementation's numbers (within the tier's tolerance, at least 100 times
+closer than the rule; 5 times for the bfloat16 tier); else the evidence's specific finding; else a
+variant only when it is clearly closer than the rule (2x on every differing problem); else it says that
+nothing explains the numbers. A variant that cannot run is counted in the report and listed with its
+error by ``report(debug=True)`` (``--debug``).
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ import numpy as np
 
 from refopt.crosscheck.presets import EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, Tol
 from refopt.crosscheck.problems import PROBLEMS, make_problem
+from refopt.crosscheck.diagnosis import Diagnosis
 from refopt.crosscheck.run import Trajectory, entry_figures, figures, last_name, trajectory
 from refopt.testing.adapters import Adapter, RuleAdapter, make_adapter
 
@@ -151,8 +159,8 @@ _STATE_NAMES = {"m": ("m", "exp_avg", "mu", "momentum_buffer", "exp_avg_m"), "v"
 def _named(field: str, key: str) -> bool:
     """True when the implementation's state entry ``key`` (a path such as ``[0].mu`` or ``exp_avg``) names
     refopt's field ``field``."""
-    name = last_name(key)
-    return bool(name) and name in _STATE_NAMES.get(field, (field,))
+    name, own = last_name(key), last_name(field)
+    return bool(name) and name in _STATE_NAMES.get(own, (own,))
 
 
 def _state_match(ref: Trajectory, other: Trajectory) -> dict:
@@ -206,14 +214,6 @@ class ProblemResult:
 
 
 @dataclass
-class Diagnosis:
-    name: str
-    detail: str
-    distance: float                    # max over problems of the figure (params rel or update rel)
-    reproduces: bool
-
-
-@dataclass
 class PluginResult:
     impl: str
     rule: str
@@ -222,9 +222,12 @@ class PluginResult:
     dtype: str
     steps: int
     problems: list
-    diagnosis: list = field(default_factory=list)      # Diagnosis, closest first
+    diagnosis: list = field(default_factory=list)      # Diagnosis, reproducing first, then by closeness
     rule_distance: float = 0.0
     metric: str = "params"
+    evidence: list = field(default_factory=list)       # the findings (refopt.crosscheck.evidence), as lines
+    lead: str | None = None                            # the finding specific enough to name a cause
+    not_run: list = field(default_factory=list)        # (variant, problem, error) of variants that raised
 
     @property
     def agree(self) -> bool:
@@ -239,7 +242,37 @@ class PluginResult:
     def best(self) -> Diagnosis | None:
         return self.diagnosis[0] if self.diagnosis else None
 
-    def report(self) -> str:
+    def diagnosis_line(self) -> str:
+        """The DIAGNOSIS line: a variant that reproduces the numbers; else the evidence's specific finding
+        (:mod:`refopt.crosscheck.evidence`); else a variant only when it is clearly closer than the rule
+        (:mod:`refopt.crosscheck.diagnosis`)."""
+        bad = [p for p in self.problems if p.nonfinite]
+        if bad:
+            t, path, kind = bad[0].nonfinite
+            return (f"DIAGNOSIS: your implementation returned {kind} params at step {t}, leaf {path} "
+                    f"[{bad[0].problem}] (refopt's are finite there): look for a division by zero, a sqrt or "
+                    f"log of a negative number, or an overflow; no convention variant explains a non-finite result.")
+        b = self.best
+        if b is not None and b.reproduces:
+            return (f"DIAGNOSIS: {b.name} -- {b.detail}. This variant reproduces your numbers "
+                    f"({self.metric} rel {b.distance:.2e}; the rule itself: {self.rule_distance:.2e}).")
+        lead = b if b is not None and b.clearly_closer and not self.lead else None
+        parts = []
+        if self.lead:
+            parts.append(f"{self.lead}.")
+        if lead is not None:
+            parts.append(f"No variant reproduces your numbers; the closest, {1 / max(lead.closeness, 1e-300):.3g}x "
+                         f"closer than the rule on the earliest differing steps of every differing problem, is "
+                         f"{lead.name} -- {lead.detail}.")
+        if not parts:
+            parts.append("no variant reproduces your numbers or comes clearly closer to them than the rule "
+                         "(at least 2x on the earliest differing steps): read the evidence above, then look at "
+                         "the first difference for a plain error (a constant, a missing or extra term).")
+        return "DIAGNOSIS: " + " ".join(parts)
+
+    def report(self, debug: bool = False) -> str:
+        """The table, the first differences, the evidence, the DIAGNOSIS line and the closest variants;
+        ``debug`` adds the variants that could not run, with their errors."""
         lines = [f"implementation: {self.impl} ({self.framework}, layout {self.layout})",
                  f"refopt rule:    {self.rule}",
                  f"{self.steps} steps, {self.dtype}, open loop (the same gradients for both)", ""]
@@ -262,29 +295,17 @@ class PluginResult:
             if p.first and not p.agree:
                 t, path, fig, v, tol = p.first
                 lines.append(f"first difference [{p.problem}]: step {t}, leaf {path}: {fig} rel {v:.3g} > {tol:g}")
-        bad = [p for p in self.problems if p.nonfinite]
-        if bad:
-            t, path, kind = bad[0].nonfinite
-            lines.append(f"DIAGNOSIS: your implementation returned {kind} params at step {t}, leaf {path} "
-                         f"[{bad[0].problem}] (refopt's are finite there): look for a division by zero, a sqrt or "
-                         f"log of a negative number, or an overflow; no convention variant explains a non-finite "
-                         f"result.")
-        elif self.diagnosis:
-            b = self.diagnosis[0]
-            if b.reproduces:
-                lines.append(f"DIAGNOSIS: {b.name} -- {b.detail}. This variant reproduces your numbers "
-                             f"({self.metric} rel {b.distance:.2e}; the rule itself: {self.rule_distance:.2e}).")
-            elif b.distance < self.rule_distance:
-                lines.append(f"DIAGNOSIS: no known convention variant reproduces your numbers; the closest is "
-                             f"{b.name} -- {b.detail} ({self.metric} rel {b.distance:.2e}; the rule itself: "
-                             f"{self.rule_distance:.2e}).")
-            else:   # a "closest" variant farther than the rule itself explains nothing
-                lines.append(f"DIAGNOSIS: no known convention variant reproduces your numbers or comes closer to "
-                             f"them than the rule itself ({self.metric} rel {self.rule_distance:.2e}): look for a "
-                             f"plain error (an lr, a constant, a missing term) at the first difference above.")
-            lines.append("closest variants: " + "; ".join(f"{d.name} {d.distance:.1e}" for d in self.diagnosis[:4]))
-        else:
-            lines.append("DIAGNOSIS: no convention variants are known for this rule.")
+        if self.evidence:
+            lines.append("evidence:")
+            lines += [f"  - {e}" for e in self.evidence]
+        lines.append(self.diagnosis_line())
+        if self.diagnosis and not any(p.nonfinite for p in self.problems):
+            lines.append("closest variants (window distance / the rule's): " + "; ".join(
+                f"{d.name} {d.closeness:.2g}" for d in self.diagnosis[:4]))
+        if self.not_run:
+            lines.append(f"{len(self.not_run)} variant(s) could not run" + (":" if debug else " (--debug lists them)"))
+            if debug:
+                lines += [f"  - {n} [{prob}]: {err}" for n, prob, err in self.not_run]
         return "\n".join(lines)
 
 
@@ -327,7 +348,6 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
       raises; PeerNotInstalled when its framework is missing.
     """
     from refopt.crosscheck.expr import parse_rule, to_expr
-    from refopt.crosscheck.variants import variants
 
     if isinstance(rule, str):
         rule = parse_rule(rule)
@@ -358,37 +378,34 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
                 # EXACT's float32 entries (2e-5) are float32 rounding over the steps, not bitwise agreement
                 tier, gate = ("float32 rounding" if tname == "exact" and dtype == "float32" else tname), tt
                 break
+        tol0 = tiers[0][1].for_dtype(dtype, prob_name)
         if tier is None:
-            first = fig.first(prob.paths, tiers[0][1].for_dtype(dtype, prob_name))
+            first = fig.first(prob.paths, tol0)
             if first is None:     # only the state differs
-                first = (0, "-", "state", max(v for _, v in state.values()), tiers[0][1].for_dtype(dtype, prob_name)["state"])
+                first = (0, "-", "state", max(v for _, v in state.values()), tol0["state"])
         results.append(ProblemResult(prob_name, prob.paths, float(prel.max(initial=0.0)), float(urel.max(initial=0.0)),
                                      state, tier, first, gate=gate,
                                      nonfinite=None if tier is not None else _nonfinite(other, prob.paths)))
-        runs.append((prob, grads, other, prel, urel))
+        runs.append(dict(prob=prob, problem=prob_name, grads=grads, ref=ref, other=other, prel=prel, urel=urel,
+                         paths=prob.paths, leaves=prob.leaves, tol=tol0, agree=tier is not None,
+                         first=first[0] if first and first[0] > 0 else None,
+                         state={f: (k, None if k is None else entry_figures(ref.state, other.state, f, k)[1])
+                                for f, (k, _) in state.items()}))
     res = PluginResult(adapter.name, rule_text, adapter.framework, adapter.layout, dtype, steps, results)
     if res.agree or not diagnose or any(r.nonfinite for r in results):   # no variant explains a NaN
         return res
-    # diagnosis: which variant reproduces the implementation's numbers
+    from refopt.crosscheck.diagnosis import rank
+    from refopt.crosscheck.evidence import gather
+
+    ev = gather(rule, runs)
+    res.evidence, res.lead = ev.lines, ev.lead
     bf16 = any("bfloat16" in n for n, _ in tiers)
     metric = "update" if bf16 else "params"
     res.metric = metric
-    res.rule_distance = max(float((u if bf16 else p).max(initial=0.0)) for _, _, _, p, u in runs)
-    loose = {n: t for n, t in tiers}
-    limit = max(t.for_dtype(dtype)[metric] for t in loose.values() if metric in t.for_dtype(dtype))
-    factor = 5.0 if bf16 else 100.0    # how much closer than the rule the variant must be
-    diags = []
-    for v in variants(rule):
-        worst = 0.0
-        try:
-            with warnings.catch_warnings():   # e.g. a Partition variant with one group empty on a problem
-                warnings.simplefilter("ignore")
-                for prob, grads, other, _, _ in runs:
-                    vr, _ = trajectory(v.make(), prob.leaves, grads)
-                    worst = max(worst, figures(vr, other, prob.leaves).max("update_rel" if bf16 else "params_rel"))
-        except Exception:   # noqa: BLE001 - a variant that cannot run here (a schedule read at t = 0 or past
-            continue        # the end of its table): it explains nothing, and must not stop the report
-        diags.append(Diagnosis(v.name, v.detail, worst, worst <= limit and worst * factor <= res.rule_distance))
-    diags.sort(key=lambda d: d.distance)
-    res.diagnosis = diags
+    for r in runs:
+        r["dist"] = (r["urel"] if bf16 else r["prel"]).max(axis=1, initial=0.0)
+    res.rule_distance = max(float(r["dist"].max(initial=0.0)) for r in runs)
+    limit = max(t.for_dtype(dtype)[metric] for _, t in tiers if metric in t.for_dtype(dtype))
+    ranking = rank(rule, runs, f"{metric}_rel", limit, 5.0 if bf16 else 100.0)
+    res.diagnosis, res.not_run = ranking.diagnosis, ranking.not_run
     return res

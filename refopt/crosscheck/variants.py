@@ -6,13 +6,14 @@ that rule, each as an :class:`~refopt.testing.adapters.Adapter`; the plug-in cro
 implementation's numbers. A rule's variants come from its conventions file (:mod:`refopt.conventions`):
 either the rule's plain-numpy oracle with one convention switched (:func:`oracle_variant`: eps inside the
 square root, the bias correction off by one, the decay after the update, ...) or the refopt rule with
-other hyperparameters (:func:`rule_variant`: Muon's scales, Nesterov modes, ...). A wrapper's variants
-include its base rule's (:func:`base_variants`, named "... (base)"). Any rule with ``weight_decay`` > 0 or
-a ``schedule`` also gets the generic variants: ``no weight decay on vectors`` (decay on arrays of ndim >= 2
-only: the usual torch parameter groups), ``schedule counted from 0`` (gamma(t - 1) at step t) and
-``schedule one step ahead`` (gamma(t + 1)).
+other hyperparameters (:func:`rule_variant`: Muon's scales, Nesterov modes, ...). Every rule also gets
+the variants generated from its record (:mod:`refopt.conventions._generated`: every option changed, pairs
+of hyperparameters swapped, step counters shifted or frozen per place, the schedule read at t - 1, t + 1 or
+frozen, a wrapper's base variants, each Partition group's variants and its rule on every leaf), and a rule
+with ``weight_decay`` > 0 ``no weight decay on vectors`` (decay on arrays of ndim >= 2 only: the usual
+torch parameter groups).
 
-Variants that equal the rule for its hyperparameters are left out.
+Variants that equal the rule, or an earlier variant, are left out.
 
 The variants' vocabulary is :mod:`refopt.conventions._variants` (the conventions files build their variants
 with it); the convention oracles the divergence atlas restates sides with live in their rules' conventions

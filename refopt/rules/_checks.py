@@ -55,11 +55,22 @@ class FrozenDict(dict):
         return repr(dict(self))
 
 
+class ChoiceError(ValueError):
+    """The ValueError of :func:`one_of`; ``field`` and ``allowed`` (its choices, sorted by repr) let the
+    diagnosis enumerate a categorical option's values (:mod:`refopt.conventions._generated`)."""
+
+    def __init__(self, message: str, field: str, allowed: list):
+        super().__init__(message)
+        self.field, self.allowed = field, allowed
+
+
 def one_of(name: str, value, allowed) -> None:
     """``value`` must be one of ``allowed`` (None, bools, strings), by kind as well as by value: 1, 1.0, 1+0j or
-    numpy's True (equal to True) are not taken for True, and an unhashable value (a list) is a ValueError too."""
+    numpy's True (equal to True) are not taken for True, and an unhashable value (a list) is a ValueError too
+    (:class:`ChoiceError`)."""
     if not any(_same_kind(value, a) for a in allowed):
-        raise ValueError(f"{name} must be one of {sorted(allowed, key=repr)}, got {value!r}")
+        choices = sorted(allowed, key=repr)
+        raise ChoiceError(f"{name} must be one of {choices}, got {value!r}", name, choices)
 
 
 def _same_kind(value, a) -> bool:

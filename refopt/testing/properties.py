@@ -44,7 +44,12 @@ stream (open loop), ``D = max_t max|x_t - x_0|`` the size of the motion, errors 
 
 :func:`invariants` runs them all on an implementation and on the corresponding refopt rule and returns an
 :class:`InvariantsReport` (a table: property, the theory's expectation for the rule
-(:mod:`refopt.testing.expected`), what refopt's rule does, what the implementation does, verdict).
+(:mod:`refopt.testing.expected`), what refopt's rule does, what the implementation does, verdict; a failure
+the rule shares is a FAIL when it is more than :data:`WORSE` times the rule's own error on the same input).
+Each failure's input can be saved in full (:func:`save_case`, ``save_dir``) and replayed (:func:`replay`,
+``refopt invariants ... --replay FILE``). For pytest, :func:`check` and ``assert_<property>`` (one per
+property, e.g. ``assert_gradient_scale_invariance(impl, kwargs)``) raise AssertionError with the
+description and the counterexample.
 """
 from __future__ import annotations
 
@@ -74,7 +79,10 @@ STEPS = 3
 @dataclass
 class Outcome:
     """holds: True / False, or None when the property does not apply (the implementation refuses the
-    inputs it needs); err: the largest relative error seen; counterexample: the shrunk failing input."""
+    inputs it needs); err: the largest relative error seen; counterexample: the shrunk failing input on one
+    line (full-precision scalars, small arrays in full, larger ones by shape); case: that input itself (for
+    :func:`save_case` and a replay); seed: the hypothesis seed of the run (derandomized: the same arguments
+    draw the same examples)."""
 
     property: str
     holds: bool | None
@@ -82,12 +90,22 @@ class Outcome:
     counterexample: str | None = None
     note: str = ""
     by_design: bool = False   # n/a for this kind of implementation (not a refusal of the inputs): no verdict
+    case: dict | None = field(default=None, repr=False)
+    replay_file: str | None = None
 
     def describe(self) -> str:
         if self.holds is None:
             return f"n/a ({self.note})" if self.note else "n/a"
         extra = f"; {self.note}" if self.note and self.holds is False else ""
         return ("holds" if self.holds else "FAILS") + f" (err {self.err:.1e}{extra})"
+
+    def check(self) -> "Outcome":
+        """Raise AssertionError with the description and the counterexample when the property fails
+        (for pytest); return self otherwise (holds, or n/a)."""
+        if self.holds is False:
+            where = f"; input saved to {self.replay_file}" if self.replay_file else ""
+            raise AssertionError(f"{self.property} {self.describe()}: counterexample {self.counterexample}{where}")
+        return self
 
 
 @dataclass(frozen=True)
@@ -99,10 +117,14 @@ class Property:
 
 
 def _fmt(v) -> str:
+    """One line: floats in full precision (repr), arrays of up to 6 entries in full, larger ones as
+    <shape dtype> (the full input is what :func:`save_case` writes)."""
     if isinstance(v, np.ndarray):
-        return np.array2string(v, precision=3, threshold=12, edgeitems=2)
-    if isinstance(v, float):
-        return f"{v:.4g}"
+        if v.size <= 6:
+            return "[" + ", ".join(repr(float(a)) if v.dtype.kind == "f" else repr(a.item()) for a in v.ravel()) + "]"
+        return f"<{v.shape} {v.dtype}>"
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
     if isinstance(v, (list, tuple)):
         inner = ", ".join(_fmt(a) for a in v)
         return f"[{inner}]"
@@ -119,8 +141,15 @@ class _NotApplicable(Exception):
     pass
 
 
-def run_property(name: str, strategy, check: Callable, max_examples: int, rtol: float) -> Outcome:
-    """Run ``check(case) -> err`` under hypothesis; shrink a case with err > rtol (or nan)."""
+def run_property(name: str, strategy, check: Callable, max_examples: int, rtol: float, replay=None) -> Outcome:
+    """Run ``check(case) -> err`` under hypothesis; shrink a case with err > rtol (or nan). ``replay``: one
+    case (a saved counterexample, :func:`load_case`) checked alone instead of drawing."""
+    if replay is not None:
+        try:
+            err = float(check(replay))
+        except _NotApplicable as e:
+            return Outcome(name, None, note=str(e))
+        return Outcome(name, err <= rtol, err, None if err <= rtol else _fmt(replay), case=replay)
     seen = {"err": 0.0, "case": None, "na": None}
 
     @settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
@@ -142,7 +171,7 @@ def run_property(name: str, strategy, check: Callable, max_examples: int, rtol: 
     try:
         test()
     except _Fail:
-        return Outcome(name, False, seen.get("fail_err", math.inf), _fmt(seen["case"]))
+        return Outcome(name, False, seen.get("fail_err", math.inf), _fmt(seen["case"]), case=seen["case"])
     if seen["na"] is not None and seen["err"] == 0.0:
         return Outcome(name, None, note=seen["na"])
     return Outcome(name, True, seen["err"])
@@ -205,19 +234,19 @@ def _dtype_rtol(prop):
 
 @_dtype_rtol
 def gradient_scale_invariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64,
-                              scales=(1e-1, 1e1), **_):
+                              scales=(1e-1, 1e1), replay=None, **_):
     def check(case):
         c = case["c"]
         a = _guard(_traj)(adapter, case["x0"], case["grads"])
         b = _guard(_traj)(adapter, case["x0"], [[c * g for g in gs] for gs in case["grads"]])
         return _maxdiff(a, b) / max(_motion(case["x0"], a), 1e-300)
     strat = st.builds(lambda d, c: {**d, "c": c}, _case(matrix_only, dtype, big=True), S.positive_scales(*scales))
-    return run_property("gradient_scale_invariance", strat, check, max_examples, rtol)
+    return run_property("gradient_scale_invariance", strat, check, max_examples, rtol, replay)
 
 
 @_dtype_rtol
 def parameter_scale_covariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64,
-                               scales=(1e-1, 1e1), **_):
+                               scales=(1e-1, 1e1), replay=None, **_):
     def check(case):
         c1, c2 = case["c1"], case["c2"]
         a = _guard(_traj)(adapter, case["x0"], case["grads"])
@@ -225,11 +254,11 @@ def parameter_scale_covariance(adapter, *, max_examples=10, rtol=None, matrix_on
         return _maxdiff([[c1 * x for x in xs] for xs in a], b) / max(c1 * _motion(case["x0"], a), 1e-300)
     strat = st.builds(lambda d, c1, c2: {**d, "c1": c1, "c2": c2}, _case(matrix_only, dtype),
                       S.positive_scales(*scales), S.positive_scales(*scales, 1.0))
-    return run_property("parameter_scale_covariance", strat, check, max_examples, rtol)
+    return run_property("parameter_scale_covariance", strat, check, max_examples, rtol, replay)
 
 
 @_dtype_rtol
-def orthogonal_equivariance(adapter, *, max_examples=10, rtol=None, dtype=np.float64, **_):
+def orthogonal_equivariance(adapter, *, max_examples=10, rtol=None, dtype=np.float64, replay=None, **_):
     def rot(case, a):
         us, vs = case["U"], case["V"]
         return [(u @ x.astype(np.float64) @ v.T).astype(dtype) for x, u, v in zip(a, us, vs)]
@@ -245,11 +274,11 @@ def orthogonal_equivariance(adapter, *, max_examples=10, rtol=None, dtype=np.flo
         d["V"] = [S.haar_orthogonal(x.shape[1], rng) for x in d["x0"]]
         return d
     strat = st.builds(add_uv, _case(True, dtype), st.integers(0, 2 ** 16))
-    return run_property("orthogonal_equivariance", strat, check, max_examples, rtol)
+    return run_property("orthogonal_equivariance", strat, check, max_examples, rtol, replay)
 
 
 @_dtype_rtol
-def permutation_equivariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64, **_):
+def permutation_equivariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64, replay=None, **_):
     def perm(case, a):
         return [x.reshape(-1)[p].reshape(x.shape) for x, p in zip(a, case["P"])]
 
@@ -263,11 +292,11 @@ def permutation_equivariance(adapter, *, max_examples=10, rtol=None, matrix_only
         d["P"] = [rng.permutation(x.size) for x in d["x0"]]
         return d
     strat = st.builds(add_p, _case(matrix_only, dtype), st.integers(0, 2 ** 16))
-    return run_property("permutation_equivariance", strat, check, max_examples, rtol)
+    return run_property("permutation_equivariance", strat, check, max_examples, rtol, replay)
 
 
 @_dtype_rtol
-def reparametrization_covariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64, **_):
+def reparametrization_covariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64, replay=None, **_):
     def run(case, c):
         s = adapter.init([x / c for x in case["x0"]])
         v = [np.array(x / c) for x in case["x0"]]
@@ -292,7 +321,7 @@ def reparametrization_covariance(adapter, *, max_examples=10, rtol=None, matrix_
         d.pop("grads")
         return d
     strat = st.builds(build, _case(matrix_only, dtype), S.positive_scales(1e-1, 1e1), st.integers(0, 2 ** 16))
-    return run_property("reparametrization_covariance", strat, check, max_examples, rtol)
+    return run_property("reparametrization_covariance", strat, check, max_examples, rtol, replay)
 
 
 def _gpt_setup(seed):
@@ -312,7 +341,7 @@ def _gpt_setup(seed):
 
 
 @_dtype_rtol
-def gpt_symmetry_equivariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64, **_):
+def gpt_symmetry_equivariance(adapter, *, max_examples=10, rtol=None, matrix_only=False, dtype=np.float64, replay=None, **_):
     import refopt
 
     def check(case):
@@ -347,11 +376,11 @@ def gpt_symmetry_equivariance(adapter, *, max_examples=10, rtol=None, matrix_onl
     names = ["qk", "vo", "up_down", "attn_norm", "mlp_norm"]
     strat = st.fixed_dictionaries({"seed": st.integers(0, 100), "sym": st.sampled_from(names),
                                    "c": S.positive_scales(1e-1, 1e1)})
-    return run_property("gpt_symmetry_equivariance", strat, check, max_examples, rtol)
+    return run_property("gpt_symmetry_equivariance", strat, check, max_examples, rtol, replay)
 
 
 @_dtype_rtol
-def mup_step_size(adapter, *, max_examples=10, rtol=None, lr=None, dtype=np.float64, **_):
+def mup_step_size(adapter, *, max_examples=10, rtol=None, lr=None, dtype=np.float64, replay=None, **_):
     if lr is None:
         return Outcome("mup_step_size", None, note="needs the rule's lr")
 
@@ -363,7 +392,7 @@ def mup_step_size(adapter, *, max_examples=10, rtol=None, lr=None, dtype=np.floa
         n_in, n_out = g.shape
         return abs(float(np.linalg.norm(dw, 2)) / (lr * math.sqrt(n_out / n_in)) - 1.0)
     strat = st.fixed_dictionaries({"g": S.matrices("well", dtype)})
-    return run_property("mup_step_size", strat, check, max_examples, rtol)
+    return run_property("mup_step_size", strat, check, max_examples, rtol, replay)
 
 
 def msign_equivariance(fn: Callable, *, max_examples=10, rtol=1e-10, kind: str | None = "well",
@@ -388,7 +417,7 @@ def _bits_equal(a, b) -> bool:
     return all(np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(x, y) for x, y in zip(a, b))
 
 
-def purity(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_):
+def purity(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, replay=None, **_):
     """A pure step leaves its params, gradients and state as they were (bit for bit). n/a for torch and
     jax implementations: torch optimizers update their tensors in place by design and jax arrays are
     immutable (their adapters hand them converted copies, so nothing could be observed)."""
@@ -421,21 +450,21 @@ def purity(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_)
             what.append("the state it was given")
         written[:] = what
         return math.inf if what else 0.0
-    out = run_property("purity", _case(matrix_only, dtype), check, max_examples, 0.0)
+    out = run_property("purity", _case(matrix_only, dtype), check, max_examples, 0.0, replay)
     if out.holds is False and written:
         out.note = "the step wrote into " + ", ".join(written)
     return out
 
 
-def determinism(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_):
+def determinism(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, replay=None, **_):
     def check(case):
         a = _guard(_traj)(adapter, case["x0"], case["grads"])
         b = _guard(_traj)(adapter, case["x0"], case["grads"])
         return 0.0 if all(_bits_equal(u, v) for u, v in zip(a, b)) else math.inf
-    return run_property("determinism", _case(matrix_only, dtype), check, max_examples, 0.0)
+    return run_property("determinism", _case(matrix_only, dtype), check, max_examples, 0.0, replay)
 
 
-def bit_identical_resume(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_):
+def bit_identical_resume(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, replay=None, **_):
     def run(case):
         straight = _traj(adapter, case["x0"], case["grads"])
         s = adapter.init([a.copy() for a in case["x0"]])
@@ -447,10 +476,10 @@ def bit_identical_resume(adapter, *, max_examples=5, matrix_only=False, dtype=np
             x, s = adapter.step(s, x, g)
             out.append([np.array(a, copy=True) for a in x])
         return 0.0 if all(_bits_equal(u, v) for u, v in zip(straight, out)) else math.inf
-    return run_property("bit_identical_resume", _case(matrix_only, dtype), _guard(run), max_examples, 0.0)
+    return run_property("bit_identical_resume", _case(matrix_only, dtype), _guard(run), max_examples, 0.0, replay)
 
 
-def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, **_):
+def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, replay=None, **_):
     """post 004, eq. (2) and (18), on a refopt rule that exposes its averages (n/a otherwise):
     Average: mu_t = (1 - 1/t) mu_{t-1} + (1/t) theta_t, i.e. the mean of the iterates (eq. 2, c_t = 1/t);
     Schedule-Free (constant lr, no warmup, r = 0): x_t = mean of z_1..z_t (eq. 18's mu with c = 1/t)
@@ -489,7 +518,7 @@ def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np
                                for m, a in zip(mean, got)))
         return err
     return run_property("averaging_identities", _case(matrix_only, dtype), check, max_examples,
-                        1e-12 if dtype == np.float64 else 1e-5)
+                        1e-12 if dtype == np.float64 else 1e-5, replay)
 
 
 PROPERTIES: list[Property] = [
@@ -516,15 +545,63 @@ PROPERTIES: list[Property] = [
 ]
 
 
+# ---- counterexamples you can replay ------------------------------------------------------------------
+def save_case(path: str, outcome: Outcome, meta: dict) -> str:
+    """Write the failing input of ``outcome`` to ``path`` (.npz, every array in full precision, no pickle)
+    with ``meta`` (property, dtype, rtol, matrix_only, lr, and the command that replays it) as JSON; returns
+    the path. :func:`load_case` reads it back."""
+    import json
+    import os
+
+    flat = {"__meta__": np.array(json.dumps({**meta, "property": outcome.property}))}
+
+    def put(key, v):
+        if isinstance(v, dict):
+            for k, a in v.items():
+                put(f"{key}/{k}" if key else str(k), a)
+        elif isinstance(v, (list, tuple)):
+            flat[f"{key}/__len__"] = np.array(len(v))
+            for i, a in enumerate(v):
+                put(f"{key}/{i}", a)
+        else:
+            flat[key] = np.asarray(v)
+    put("", outcome.case)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as f:
+        np.savez(f, **flat)
+    return path
+
+
+def load_case(path: str) -> tuple[dict, dict]:
+    """(case, meta) from a file :func:`save_case` wrote; pass ``replay=case`` to the property (or use
+    ``refopt invariants ... --replay FILE``)."""
+    import json
+
+    with np.load(path, allow_pickle=False) as z:
+        flat = {k: z[k] for k in z.files}
+    meta = json.loads(str(flat.pop("__meta__")))
+
+    def get(key):
+        if f"{key}/__len__" in flat:
+            return [get(f"{key}/{i}") for i in range(int(flat[f"{key}/__len__"]))]
+        a = flat[key]
+        if a.ndim == 0:
+            return a.item()
+        return a
+    tops = {k.split("/")[0] for k in flat}
+    return {k: get(k) for k in sorted(tops)}, meta
+
+
 # --------------------------------------------------------------------------------------------------------
 @dataclass
 class InvariantsReport:
-    """rows: (property, expected by theory, refopt's Outcome, the implementation's Outcome, verdict)."""
+    """rows: (property, expected by theory, refopt's Outcome, the implementation's Outcome, verdict, why)."""
 
     impl: str
     rule: str
     rtol: float
     rows: list = field(default_factory=list)
+    command: str | None = None   # the command line that made the report (for the replay lines)
 
     @property
     def failures(self) -> list:
@@ -556,28 +633,57 @@ class InvariantsReport:
                f"(relative)", "", "  ".join(h.ljust(x) for h, x in zip(head, w)), "  ".join("-" * x for x in w)]
         out += ["  ".join(c.ljust(x) for c, x in zip(r, w)) for r in rows] or ["no property was checked"]
         out += [f"[{k}] {n}" for k, n in enumerate(notes, 1)]
-        cex = [f"  {r[0]}: {r[3].counterexample}" for r in self.rows if r[3].counterexample]
-        if cex:
-            out += ["", "shrunk counterexamples (your code):"] + cex
+        out += [f"FAIL {r[0]}: {r[5]}" for r in self.rows if r[4] == "FAIL" and r[5]]
+        failing = [r for r in self.rows if r[4] == "FAIL" and r[3].counterexample]
+        if failing:
+            out += ["", "counterexamples of the failures (your code; shrunk by hypothesis):"]
+            for r in failing:
+                out.append(f"  {r[0]}: {r[3].counterexample}")
+                if r[3].replay_file:
+                    out.append(f"    saved to {r[3].replay_file}; replay: {self.replay_command(r[3].replay_file)}")
         return "\n".join(out)
+
+    def replay_command(self, path: str) -> str:
+        """The command that replays a saved counterexample (``refopt invariants ... --replay PATH``)."""
+        return (self.command or "refopt invariants --impl IMPL --rule RULE") + f" --replay {path}"
+
+    def check(self) -> "InvariantsReport":
+        """Raise AssertionError naming every FAIL row (its error and counterexample): the raising form for
+        pytest. Returns self when no property fails."""
+        if self.failures:
+            raise AssertionError("; ".join(f"{r[0]}: {r[3].describe()}, {r[5]} (counterexample {r[3].counterexample})"
+                                           for r in self.failures))
+        return self
 
 
 def _word(o: Outcome) -> str:
     return {True: "holds", False: "fails", None: "n/a"}[o.holds]
 
 
-def _verdict(ref: Outcome, mine: Outcome) -> str:
+#: an expected failure (the rule fails too) is a FAIL when yours is this many times the rule's own error
+#: on your counterexample
+WORSE = 10.0
+
+
+def _verdict(ref: Outcome, mine: Outcome, ref_on_mine: Outcome | None = None) -> tuple[str, str]:
+    """(verdict, why). A failure the rule shares is 'expected' only when the rule's own error on the same
+    input (``ref_on_mine``: the rule replayed on your counterexample) is at least 1/:data:`WORSE` of yours."""
     if mine.holds is None and mine.by_design:
-        return "n/a"
+        return "n/a", ""
     if ref.holds is True and mine.holds is not True:
-        return "FAIL"
+        return "FAIL", "the refopt rule satisfies it"
     if ref.holds is True:
-        return "ok"
+        return "ok", ""
     if ref.holds is False and mine.holds is False:
-        return "expected"
+        if ref_on_mine is not None and ref_on_mine.holds is not None:
+            own = ref_on_mine.err
+            if ref_on_mine.holds or not mine.err <= WORSE * own:
+                return "FAIL", (f"err {mine.err:.3g} on your counterexample, {mine.err / max(own, 1e-300):.3g}x the "
+                                f"rule's own {own:.3g} there (an expected failure must stay within {WORSE:g}x)")
+        return "expected", ""
     if ref.holds is False and mine.holds is True:
-        return "ok (stronger)"
-    return "-"
+        return "ok (stronger)", ""
+    return "-", ""
 
 
 def _matrix_only(rule) -> bool:
@@ -591,13 +697,16 @@ def _matrix_only(rule) -> bool:
 
 def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = None, layout: str | None = None,
                properties=None, max_examples: int = 8, rtol: float | None = None, dtype: str = "float64",
-               name: str | None = None) -> InvariantsReport:
+               name: str | None = None, save_dir: str | None = None, command: str | None = None) -> InvariantsReport:
     """Run the properties on ``impl`` and on the refopt ``rule`` (a rule or an expression) side by side.
 
     ``rtol`` defaults to 1e-5 (float64) / 1e-3 (float32), and to 0.06 for a Newton-Schulz (Muon) rule
     checked against a torch implementation (torch.optim.Muon's bfloat16 Newton-Schulz: the documented
     tolerance of :data:`refopt.crosscheck.presets.MUON_TORCH_BF16`). Returns an :class:`InvariantsReport`;
-    its exit code is 1 when a property the refopt rule satisfies fails for the implementation.
+    its exit code is 1 when a property the refopt rule satisfies fails for the implementation, or when a
+    failure the rule shares is more than :data:`WORSE` times the rule's own error on the same input.
+    ``save_dir``: where the input of each FAIL is saved in full (``<property>.npz``, :func:`save_case`;
+    None: not saved); ``command``: the command line shown with the replay lines.
     ``properties``: None (all of :data:`PROPERTIES`), a non-empty sequence of their names, or one name as
     a str. Raises ValueError (before running anything) for an empty selection, an unknown property name
     (the message lists the known ones) or a bad dtype; UserCodeError when the implementation raises
@@ -625,7 +734,7 @@ def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = N
         rule_text = to_expr(rule)
     except ValueError:
         rule_text = repr(rule)
-    report = InvariantsReport(adapter.name, rule_text, rtol)
+    report = InvariantsReport(adapter.name, rule_text, rtol, command=command)
     for prop in PROPERTIES:
         if properties is not None and prop.name not in properties:
             continue
@@ -635,8 +744,56 @@ def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = N
             m = Outcome(prop.name, None, note="not run: n/a for the rule")
         else:
             m = prop.run(adapter, **kw)
-        report.rows.append((prop.name, exp.get(prop.name), r, m, _verdict(r, m)))
+        again = prop.run(ref, replay=m.case, **kw) if r.holds is False and m.holds is False and m.case else None
+        verdict, why = _verdict(r, m, again)
+        if verdict == "FAIL" and m.case is not None and save_dir is not None:
+            import os
+            m.replay_file = save_case(os.path.join(save_dir, f"{prop.name}.npz"), m, dict(
+                dtype=dtype, rtol=rtol, matrix_only=mo, lr=lr, impl=report.impl, rule=rule_text))
+        report.rows.append((prop.name, exp.get(prop.name), r, m, verdict, why))
     return report
+
+
+def replay(path: str, impl, rule=None, kwargs: dict | None = None, framework: str | None = None,
+           layout: str | None = None, name: str | None = None) -> tuple[Outcome, Outcome]:
+    """Check the counterexample saved at ``path`` (:func:`save_case`, written by :func:`invariants` with
+    ``save_dir``) again: (your implementation's Outcome, the refopt rule's) on exactly that input, with the
+    saved tolerance. ``rule`` defaults to the saved rule expression."""
+    from refopt.crosscheck.expr import parse_rule
+
+    case, meta = load_case(path)
+    prop = {p.name: p for p in PROPERTIES}[meta["property"]]
+    rule = parse_rule(meta["rule"] if rule is None else rule) if isinstance(rule, str) or rule is None else rule
+    adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout, name)
+    kw = dict(rtol=meta["rtol"], matrix_only=meta["matrix_only"], lr=meta["lr"], dtype=np.dtype(meta["dtype"]).type)
+    return prop.run(adapter, replay=case, **kw), prop.run(RuleAdapter(rule), replay=case, **kw)
+
+
+def check(prop: str, impl, kwargs: dict | None = None, framework: str | None = None, layout: str | None = None,
+          **options) -> Outcome:
+    """Run the property named ``prop`` on ``impl`` (an Adapter, or anything :func:`make_adapter` takes) and
+    raise AssertionError with its description and counterexample when it fails: the raising form for
+    pytest (``options``: the property's max_examples, rtol, dtype, matrix_only, lr). Returns the Outcome."""
+    props = {p.name: p for p in PROPERTIES}
+    if prop not in props:
+        raise ValueError(f"unknown property {prop!r}; choose from {list(props)}")
+    adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout)
+    return props[prop].run(adapter, **options).check()
+
+
+def _asserting(p: Property):
+    def assert_property(impl, kwargs: dict | None = None, framework: str | None = None, layout: str | None = None,
+                        **options) -> Outcome:
+        return check(p.name, impl, kwargs, framework, layout, **options)
+    assert_property.__name__ = assert_property.__qualname__ = f"assert_{p.name}"
+    assert_property.__doc__ = (f"{p.equation} ({p.source}): :func:`check` of ``{p.name}``; raises AssertionError "
+                               f"with the description and the counterexample when it fails.")
+    return assert_property
+
+
+for _p in PROPERTIES:   # assert_gradient_scale_invariance, assert_purity, ...: one per property
+    globals()[f"assert_{_p.name}"] = _asserting(_p)
+__all__ += ["check", "replay", "save_case", "load_case"] + [f"assert_{_p.name}" for _p in PROPERTIES]
 
 
 def invariants_table(*args, **kwargs) -> str:

@@ -1,0 +1,493 @@
+r"""What the measurements of a failed cross-check rule in and out, before any variant is tried.
+
+:func:`gather` reads the trajectories the plug-in cross-check (:mod:`refopt.crosscheck.plugin`) recorded --
+refopt's and the implementation's params and state after every step, on every problem -- and states:
+
+* **state**: for each refopt state field (paired with the implementation's entry of the same name), the
+  first step it differs beyond the tolerance, or that it agrees at every step. Moments that agree while
+  the params differ rule out the moments' update (its betas, the gradient fed to it, an L2 term) and leave
+  the lr, the schedule, the bias corrections, eps and the step's final formula;
+* **first step**: step 1 differing points at a formula or a scale; step 1 agreeing at what a step carries
+  to the next (momentum, a counter, the state's update);
+* **leaves**: whether only some leaves differ, by ndim (vectors against matrices: a per-group option such
+  as no decay on biases) or by :class:`~refopt.rules.partition.Partition` label;
+* **the update's shape**: per step t and leaf i the least-squares ratio and the cosine of the
+  implementation's update D' against refopt's D (both from their own previous params)::
+
+      c_t = <D'_t, D_t> / <D_t, D_t>,      cos_t = <D'_t, D_t> / (||D'_t|| ||D_t||)
+
+  and the pattern of c_t when the updates are parallel (cos = 1): a constant (the lr or a scale; -1: the
+  sign), a ratio of bias corrections ((1 - b^t)/(1 - b^(t+1)), their square roots, a frozen counter: a
+  step counter offset in one place), the schedule read at another step (gamma(t -+ 1)/gamma(t)), or an
+  unexplained per-step scale; and, when they are not parallel, whether the signs still agree (a
+  normalisation or a denominator) or not (a formula or the state).
+
+:attr:`Evidence.lead` is the one finding specific enough to name a cause (a matched c_t pattern, a constant
+scale, a sign, one group of leaves), used by the DIAGNOSIS line when no variant reproduces the numbers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Evidence", "gather", "update_fit", "ratio_patterns"]
+
+PARALLEL = 1e-9      # 1 - cos below which two updates are parallel
+PATTERN = 1e-6       # relative deviation within which c_t follows a pattern at every step
+
+
+@dataclass
+class Evidence:
+    """The findings (:func:`gather`): ``lines`` to print, ``lead`` the specific one (or None)."""
+
+    lines: list = field(default_factory=list)
+    lead: str | None = None
+
+
+def update_fit(ref, other, leaves0) -> tuple[np.ndarray, np.ndarray]:
+    """(c, cos), arrays (steps, leaves) of the module docstring (nan where refopt's update is 0 or either
+    is not finite)."""
+    n, k = min(len(ref.params), len(other.params)), len(leaves0)
+    c, cos = np.full((n, k), np.nan), np.full((n, k), np.nan)
+    prev_r, prev_o = list(leaves0), list(leaves0)
+    for t in range(n):
+        for i in range(k):
+            a, b = np.asarray(other.params[t][i], np.float64), np.asarray(ref.params[t][i], np.float64)
+            if a.shape != b.shape:
+                continue
+            dr = (b - np.asarray(prev_r[i], np.float64)).ravel()
+            do = (a - np.asarray(prev_o[i], np.float64)).ravel()
+            nr, no = float(dr @ dr), float(np.linalg.norm(do))
+            if nr > 0 and math.isfinite(no) and math.isfinite(nr):
+                dot = float(do @ dr)
+                c[t, i] = dot / nr
+                cos[t, i] = dot / (no * math.sqrt(nr)) if no > 0 else 0.0
+        prev_r, prev_o = ref.params[t], other.params[t]
+    return c, cos
+
+
+def _betas(rule, prefix="") -> list:
+    """(name, value) of every coefficient in (0, 1) of the rule and of its nested rules."""
+    out = []
+    for f in dataclasses.fields(rule) if dataclasses.is_dataclass(rule) else ():
+        v = getattr(rule, f.name)
+        if hasattr(v, "init_leaf"):
+            out += _betas(v, f"{prefix}{f.name}.")
+        elif isinstance(v, dict):
+            for k, r in v.items():
+                if hasattr(r, "init_leaf"):
+                    out += _betas(r, f"{prefix}{k}.")
+        elif isinstance(v, float) and 0 < v < 1 and f.name not in ("lr", "eps", "weight_decay"):
+            out.append((prefix + f.name, v))
+    return out
+
+
+def _schedules(rule, prefix="") -> list:
+    out = []
+    for f in dataclasses.fields(rule) if dataclasses.is_dataclass(rule) else ():
+        v = getattr(rule, f.name)
+        if f.name == "schedule" and callable(v):
+            out.append((prefix + "schedule", v))
+        elif hasattr(v, "init_leaf"):
+            out += _schedules(v, f"{prefix}{f.name}.")
+    return out
+
+
+def ratio_patterns(rule, steps: int) -> list[tuple[str, np.ndarray]]:
+    """The named per-step ratios c_t (t = 1..steps) a step-counter or schedule offset produces in
+    ``rule``: bias corrections of each coefficient b read at t + 1 or frozen at 1 or missing (b^t forms, and
+    their square roots for a second moment), and each schedule read at t - 1, t + 1 or frozen."""
+    t = np.arange(1, steps + 1, dtype=np.float64)
+    out = []
+    for name, b in _betas(rule):
+        bc, nxt, one = 1 - b ** t, 1 - b ** (t + 1), 1 - b
+        for what, r in ((f"the bias correction of {name} reads t + 1", bc / nxt),
+                        (f"the bias correction of {name} is frozen at t = 1", bc / one),
+                        (f"the bias correction of {name} is missing", bc)):
+            out.append((f"c_t = {what} (1 - {name}^t form)", r))
+            out.append((f"c_t = {what} (sqrt(1 - {name}^t) form, a second moment)", 1 / np.sqrt(r)))
+    for name, s in _schedules(rule):
+        g = _read(s, 0, t)
+        for what, how in (("t - 1 (counted from 0)", -1), ("t + 1", 1), ("t = 1 (frozen)", "frozen")):
+            h = _read(s, how, t)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out.append((f"c_t = {name}(...) read at {what} over {name}(t): the schedule's index", h / g))
+    return out
+
+
+def _read(schedule, how, ts) -> np.ndarray:
+    """The schedule read at t shifted by ``how`` for each t, nan where a user's schedule function refuses that
+    step (a table that ends at the last step, a function defined from t = 1): the pattern is not compared
+    there."""
+    from refopt.conventions._generated import shifted_schedule
+
+    at, out = shifted_schedule(schedule, how), []
+    for k in ts:
+        try:
+            out.append(at(int(k)))
+        except Exception:  # noqa: BLE001 - the user's function outside its range: no value, compared nowhere
+            out.append(np.nan)
+    return np.array(out, dtype=np.float64)
+
+
+def _pattern(c_t: np.ndarray, rule) -> str | None:
+    """The name of the ratio pattern c_t follows at every step (finite entries), or None."""
+    ok = np.isfinite(c_t)
+    if ok.sum() < 2:
+        return None
+    for name, r in ratio_patterns(rule, len(c_t)):
+        both = ok & np.isfinite(r) & (r != 0)
+        if both.sum() >= max(2, ok.sum() - 1) and np.ptp(r[both]) > 10 * PATTERN and \
+                np.all(np.abs(c_t[both] / r[both] - 1) <= PATTERN):
+            return name
+    return None
+
+
+def _named_constant(c: float, rule) -> str:
+    """' (= 1/(1 - momentum): ...)' when c equals a simple function of one of the rule's coefficients."""
+    names = [("lr", getattr(rule, "lr", None))] + _betas(rule)
+    for name, v in names:
+        if isinstance(v, float) and 0 < v:
+            forms = [(name, v), (f"1/{name}", 1 / v)]
+            if v < 1:
+                forms += [(f"1 - {name}", 1 - v), (f"1/(1 - {name})", 1 / (1 - v)), (f"{name}/(1 - {name})", v / (1 - v)),
+                          (f"(1 - {name})/{name}", (1 - v) / v)]
+            for form, w in forms:
+                if abs(c / w - 1) <= PATTERN:
+                    return f" (= {form})"
+    return ""
+
+
+def _steps_text(steps: dict) -> str:
+    """'step 2 (stream, mlp), step 3 (quadratic)' from {problem: step}."""
+    by: dict = {}
+    for p, s in steps.items():
+        by.setdefault(s, []).append(p)
+    return ", ".join(f"step {s} ({', '.join(ps)})" for s, ps in sorted(by.items()))
+
+
+def _texts(rule, attr: str) -> list:
+    """The conventions' ``final`` or ``per_step`` texts of the rule and of its nested rules."""
+    from refopt.conventions import for_rule
+
+    out, conv = [], for_rule(rule)
+    if conv is not None and getattr(conv, attr):
+        out.append(getattr(conv, attr))
+    base = getattr(rule, "base", None)
+    if hasattr(base, "init_leaf"):
+        out += [t for t in _texts(base, attr) if t not in out]
+    for sub in (getattr(rule, "rules", None) or {}).values():
+        out += [t for t in _texts(sub, attr) if t not in out]
+    return out
+
+
+def gather(rule, runs: list) -> Evidence:
+    """The evidence from ``runs``: one dict per problem with keys problem, paths, leaves (initial params),
+    ref and other (:class:`~refopt.crosscheck.run.Trajectory`, state recorded), prel (params rel, steps x
+    leaves), state ({field: (entry, rel array (steps, leaves) or None)}), tol (the gate {figure: rel}),
+    agree (bool). The lead is the most specific finding, in this order: a decay term in the difference,
+    a state field off by a constant factor (it says where a constant update ratio comes from), a constant
+    or named pattern of the update ratio, one group of leaves,
+    the state fields that differ, the step's final formula (the state agrees, the direction does not), the
+    rule's per-step factors (the ratio varies with t)."""
+    ev = Evidence()
+    bad = [r for r in runs if not r["agree"]]
+    if not bad:
+        return ev
+    leads = {}
+    ev.lines.append(_first_steps(bad))
+    state_line, fields = _state(bad)
+    if state_line:
+        ev.lines.append(state_line)
+    differ = [f for f, (_, s) in fields.items() if s != "agrees"]
+    agree = [f for f, (_, s) in fields.items() if s == "agrees"]
+    if fields and not differ:
+        ev.lines.append("the state agrees at every step while the params differ: the state's update (its "
+                        "coefficients, the gradient fed to it, an L2 term) is right; the difference is in the "
+                        "lr, the schedule, a bias correction, eps, a decoupled decay or the step's final formula")
+    first_diff = min((fields[f][1] for f in differ), default=None)
+    firsts = [f for f in differ if fields[f][1] == first_diff]
+    later = [f for f in fields if f not in firsts]
+    if differ and later and first_diff == 1:
+        leads["state"] = (f"the state {', '.join(firsts)} differs from step 1, where its update sees the same params "
+                          f"and gradient on both sides, while {', '.join(later)} agree{'s' if len(later) == 1 else ''} "
+                          f"at step 1: the update of {', '.join(firsts)} differs ({_INPUTS})")
+    elif differ and not later and first_diff == 1:
+        per = _texts(rule, "per_step")
+        leads["state"] = (f"every state field ({', '.join(firsts)}) differs from step 1, where its update sees the same "
+                          f"params and gradient on both sides: the input fed to the state (the gradient after "
+                          f"clipping or a decay term) or its coefficients" + (f"; the rule's per-step factors: "
+                                                                              f"{'; '.join(per)}" if per else ""))
+    elif differ and agree:
+        leads["state"] = (f"the update of the state {', '.join(differ)} differs ({'; '.join(f'{f} from step {fields[f][1]}' for f in differ)}) "
+                          f"while {', '.join(agree)} agree{'s' if len(agree) == 1 else ''} at every step: "
+                          f"{'its' if len(differ) == 1 else 'their'} update differs ({_INPUTS})")
+    ratio = _state_ratio(bad, differ, rule)
+    if ratio:
+        ev.lines.append(ratio)
+        leads["state_ratio"] = ratio
+    group = _leaf_groups(rule, bad)
+    if group:
+        ev.lines.append(group)
+        leads["group"] = group
+    decay = _decay(rule, bad)
+    if decay:
+        ev.lines.append(decay)
+        leads["decay"] = decay
+    shape = _shape(rule, bad)
+    if shape:
+        line, lead, kind = shape
+        ev.lines.append(line)
+        if lead:
+            leads["shape"] = lead
+        if kind == "not parallel" and fields and not differ:
+            final = "; ".join(_texts(rule, "final")) or "the step's final formula"
+            leads["final"] = (f"the state agrees at every step but the update's direction does not: the step computed "
+                              f"from the state differs -- {final}")
+        if kind == "varying":
+            per = _texts(rule, "per_step") + (["the schedule gamma_t"] if _schedules(rule) else [])
+            leads["per_step"] = ("your update is refopt's times a factor that changes from step to step (the updates "
+                                 "are parallel): one of the rule's per-step factors differs -- "
+                                 + ("; ".join(per) if per else "a per-step scale"))
+    for key in ("decay", "state_ratio", "shape", "group", "state", "final", "per_step"):
+        if key in leads:
+            ev.lead = leads[key]
+            break
+    return ev
+
+
+_INPUTS = ("its coefficient: a beta, an averaging weight, a counter; or its input: the gradient with or without "
+           "a decay term or clipping, the iterate it averages")
+
+
+def _first_steps(bad) -> str:
+    first = {}
+    for r in bad:
+        over = np.nonzero((r["prel"] > r["tol"].get("params", 0.0)).any(axis=1))[0]
+        if over.size:
+            first[r["problem"]] = int(over[0]) + 1
+    if first and min(first.values()) > 1:
+        return (f"step 1 agrees; the params first differ at {_steps_text(first)}: the first step's formula is "
+                f"right, the difference enters with what a step carries to the next (the state's update, momentum, "
+                f"a step counter)")
+    return (f"the params differ from {_steps_text(first)}: a formula, a scale, the lr or schedule at t = 1, "
+            f"or the state's first update")
+
+
+def _state(bad) -> tuple[str, dict]:
+    """('state: ...' line, {field: (entry, first differing step or 'agrees')}) over the differing problems."""
+    tol_s = bad[0]["tol"].get("state", bad[0]["tol"].get("params", 1e-12))
+    fields = {}
+    for r in bad:
+        for f, (key, rel) in r["state"].items():
+            if key is None or rel is None:
+                continue
+            over = np.nonzero((rel > tol_s).any(axis=1))[0]
+            s = int(over[0]) + 1 if over.size else "agrees"
+            prev = fields.get(f, (key, "agrees"))[1]
+            fields[f] = (key, s if prev == "agrees" else (prev if s == "agrees" else min(prev, s)))
+    if not fields:
+        return "", fields
+    parts = [f"{f} (~{k}) " + ("agrees at every step" if s == "agrees" else f"differs from step {s}")
+             for f, (k, s) in fields.items()]
+    return "state: " + "; ".join(parts), fields
+
+
+def _state_ratio(bad, differ, rule) -> str | None:
+    """A differing state field that is a constant multiple of refopt's at every step and leaf."""
+    for f in differ:
+        cs = []
+        for r in bad:
+            key = r["state"].get(f, (None, None))[0]
+            for sr, so in zip(r["ref"].state, r["other"].state):
+                for a, b in zip(sr.get(f) or (), so.get(key) or ()):
+                    if a is None or b is None or np.shape(a) != np.shape(b):
+                        continue
+                    a64, b64 = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+                    na, nb = float(a64 @ a64), float(np.linalg.norm(b64))
+                    if na > 0 and nb > 0:
+                        dot = float(b64 @ a64)
+                        if dot / (nb * math.sqrt(na)) < 1 - PARALLEL:
+                            cs = None
+                            break
+                        cs.append(dot / na)
+                if cs is None:
+                    break
+            if cs is None:
+                break
+        if cs:
+            c0 = float(np.median(cs))
+            if c0 != 0 and np.all(np.abs(np.array(cs) / c0 - 1) <= PATTERN):
+                return (f"the state {f} is {c0:.6g} x refopt's at every step and leaf{_named_constant(c0, rule)}: "
+                        f"the same recursion with its input or its coefficient scaled by that factor")
+    return None
+
+
+def _leaf_groups(rule, bad) -> str | None:
+    for r in bad:
+        tol = r["tol"].get("params", 0.0)
+        diff = [bool((r["prel"][:, i] > tol).any()) for i in range(len(r["paths"]))]
+        if all(diff) or not any(diff):
+            continue
+        nd = [np.ndim(x) for x in r["leaves"]]
+        dpaths = [p for p, d in zip(r["paths"], diff) if d]
+        groups = _groups(rule, r["paths"], r["leaves"])
+        labels = {lab for lab, d in zip(groups, diff) if d} if groups else set()
+        if groups and all((lab in labels) == d for lab, d in zip(groups, diff)):
+            subs = [rule.rules[lab] for lab in sorted(labels)]
+            steps = "; ".join(t for sub in subs for t in _texts(sub, "final"))
+            return (f"only the leaves of Partition group(s) {sorted(labels)} differ [{r['problem']}]: the rule of "
+                    f"that group ({', '.join(type(sub).__name__ for sub in subs)}) or one of its options"
+                    + (f" -- its step: {steps}" if steps else ""))
+        steps = "; ".join(_texts(rule, "final"))
+        if all((n <= 1) == d for n, d in zip(nd, diff)):
+            return (f"only the vectors (ndim <= 1: {', '.join(dpaths)}) differ, the matrices agree [{r['problem']}]: "
+                    f"an option applied per group of leaves (a decay or a rule on biases and gains)")
+        if all((n >= 2) == d for n, d in zip(nd, diff)):
+            return (f"only the matrices (ndim >= 2) differ, the vectors agree [{r['problem']}]: an option applied "
+                    f"per group of leaves, or a formula that acts on matrices only" + (f" -- the step: {steps}" if steps
+                                                                                       else ""))
+        return f"only some leaves differ [{r['problem']}]: {', '.join(dpaths)}"
+    return None
+
+
+def _decay(rule, bad) -> str | None:
+    """The updates' difference e = D' - D proportional to the params at every step of the first
+    :data:`WINDOW_DECAY` (|cos(e, x)| >= 1 - :data:`DECAY_FIT`, one rate k_t for every leaf, x the midpoint
+    of the two sides' previous params): a decay term differs. Where the rule has a decoupled decay (lr_t wd
+    per step, lr_t = lr gamma_t), each named form of your decay rate rho_t is tested exactly against the
+    two sides' own params, e_t = -rho_t x'_{t-1} + lr_t wd x_{t-1}: the opposite sign, missing, twice, the
+    peak lr in place of the scheduled one, not multiplied by the lr."""
+    r = bad[0]
+    prev_r, prev_o, steps = list(r["leaves"]), list(r["leaves"]), []
+    for t, (xr, xo) in enumerate(zip(r["ref"].params[:WINDOW_DECAY], r["other"].params[:WINDOW_DECAY])):
+        leaves = []
+        for a, b, pa, pb in zip(xr, xo, prev_r, prev_o):
+            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+            pa, pb = np.asarray(pa, np.float64), np.asarray(pb, np.float64)
+            if a.shape != b.shape:
+                return None
+            leaves.append((((b - pb) - (a - pa)).ravel(), pb.ravel(), pa.ravel()))
+        steps.append((t + 1, leaves))
+        prev_r, prev_o = xr, xo
+    big = max((float(np.linalg.norm(e)) for _, ls in steps for e, _, _ in ls), default=0.0)
+    ks = []
+    for t, ls in steps:
+        fit = []
+        for e, xo, xr in ls:
+            x, ne = 0.5 * (xo + xr), float(np.linalg.norm(e))
+            if ne <= 0.05 * big:     # no decay difference at this step (only the params' drift is left)
+                continue
+            nx = float(np.linalg.norm(x))
+            if nx == 0 or abs(float(e @ x)) / (ne * nx) < 1 - DECAY_FIT:
+                return None
+            fit.append(float(e @ x) / nx ** 2)
+        if fit:
+            if max(fit) - min(fit) > DECAY_FIT * max(abs(v) for v in fit):
+                return None     # one decay rate for every leaf
+            ks.append((t, float(np.median(fit))))
+    if len(ks) < 2:
+        return None
+    head = ("the difference of the updates is proportional to the params at every step (e_t = k_t x_{t-1}, "
+            f"k = {', '.join(f'{k:.4g}' for _, k in ks[:3])}{' ...' if len(ks) > 3 else ''}): a decay term differs")
+    lr, wd, sched = getattr(rule, "lr", None), getattr(rule, "weight_decay", None), getattr(rule, "schedule", None)
+    if not (isinstance(lr, float) and isinstance(wd, float)) or wd == 0 or lr == 0:
+        return head + " (your step multiplies the params by 1 + k_t more than refopt's)"
+    for what, rho in (("the decay has the opposite sign: x (1 + lr wd) in place of x (1 - lr wd)", lambda lt: -lt * wd),
+                      ("the decay is missing", lambda lt: 0.0),
+                      ("the decay is applied twice", lambda lt: 2 * lt * wd),
+                      ("the decay uses the peak lr, not the scheduled lr_t = lr gamma_t", lambda lt: lr * wd),
+                      ("the decay is not multiplied by the lr: x (1 - wd)", lambda lt: wd)):
+        ok = True
+        for t, ls in steps:
+            lt = lr * (1.0 if sched is None else float(sched(t)))
+            for e, xo, xr in ls:
+                want = -rho(lt) * xo + lt * wd * xr
+                if float(np.linalg.norm(e - want)) > DECAY_FIT * max(float(np.linalg.norm(e)), 1e-300):
+                    ok = False
+        if ok:
+            return f"{head}: {what}"
+    ratio = np.array([k / (lr * wd * (1.0 if sched is None else float(sched(t)))) for t, k in ks])
+    if np.all(np.abs(ratio - 1) <= 10 * DECAY_FIT):
+        return (f"{head}: refopt's decay term lr_t wd x is missing from your step at every step (with L2 decay in the "
+                f"gradient: the term left out of one of the places your step uses the gradient, e.g. a look-ahead)")
+    return head + f" ({ks[0][1] / (lr * wd):.4g} lr wd at step {ks[0][0]})"
+
+
+WINDOW_DECAY = 5   # steps the decay fit reads (the two sides' params drift apart later)
+DECAY_FIT = 1e-3   # relative: the fit is against the midpoint of params that drift apart by O(lr wd) a step
+
+
+def _groups(rule, paths, leaves):
+    from refopt.rules.partition import Partition
+    if not isinstance(rule, Partition):
+        return None
+    try:
+        return [rule.label_of(p, x) for p, x in zip(paths, leaves)]
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def _shape(rule, bad) -> tuple[str, str | None, str] | None:
+    """(line, lead or None, kind) describing c_t and the cosines over the differing problems (kind:
+    'constant', 'pattern', 'varying' or 'not parallel'). The updates are
+    parallel on a leaf when its cosine is 1 at every step; the ratio is analysed on the parallel leaves
+    when they are at least half (eps can bend the update of a leaf whose gradients are near eps)."""
+    series = []     # (c over steps, cos over steps) per problem and leaf refopt moves
+    for r in bad:
+        c, cos = update_fit(r["ref"], r["other"], r["leaves"])
+        for i in range(c.shape[1]):
+            ok = np.isfinite(cos[:, i])
+            same = np.all(np.abs(c[ok, i] - 1) <= 1e-12) and np.all(cos[ok, i] >= 1 - PARALLEL)
+            if ok.any() and not same:      # a leaf whose updates agree says nothing about the difference
+                series.append((c[:, i], cos[:, i]))
+    if not series:
+        return None
+    par = [sc for sc in series if np.all(sc[1][np.isfinite(sc[1])] >= 1 - PARALLEL)]
+    where = "" if len(par) == len(series) else f" on {len(par)} of {len(series)} leaves"
+    if 2 * len(par) >= len(series):
+        cs = np.concatenate([c[np.isfinite(c)] for c, _ in par])
+        c0 = float(np.median(cs))
+        if c0 != 0 and np.all(np.abs(cs / c0 - 1) <= PATTERN):
+            if abs(c0 + 1) <= PATTERN:
+                return (f"the updates are parallel{where} with c_t = -1 at every step: the opposite sign",
+                        "your update is refopt's with the opposite sign at every step (c_t = -1)", "constant")
+            lr = getattr(rule, "lr", None)
+            as_lr = f": an lr of {c0 * lr:.6g} in place of {lr:g}, or a constant factor" if isinstance(lr, float) \
+                else ": a constant factor"
+            return (f"the updates are parallel (cosine 1){where} with a constant ratio c_t = {c0:.6g}: an lr or a "
+                    f"constant scale", f"your update is {c0:.6g} x refopt's at every step{where}{as_lr}"
+                    f"{_named_constant(c0, rule)}", "constant")
+        with np.errstate(all="ignore"):
+            c_t = np.nanmedian(np.array([c for c, _ in par]), axis=0)
+        head = (f"the updates are parallel (cosine 1){where} with a ratio c_t that varies with t: "
+                + ", ".join(f"{v:.4g}" for v in c_t[:5]) + (" ..." if len(c_t) > 5 else ""))
+        name = _pattern(c_t, rule)
+        if name:
+            return (f"{head}; {name}", f"{name} (the updates are parallel{where}; their ratio follows it at every step)",
+                    "pattern")
+        return f"{head}: a per-step scale (a schedule, a step counter, a norm)", None, "varying"
+    lo = float(min(np.nanmin(cos) for _, cos in series))
+    if _same_signs(bad):
+        return (f"the updates are not parallel (cosine down to {lo:.6f}) but every entry moves with refopt's sign: "
+                f"other magnitudes per entry (a normalisation, the denominator, eps, a sign-based step's scale)",
+                None, "not parallel")
+    return (f"the updates are not parallel (cosine down to {lo:.6f}) and some entries move against refopt's sign: "
+            f"the direction differs (a formula or the state), not only a scale", None, "not parallel")
+
+
+def _same_signs(bad) -> bool:
+    """Every entry of every update moves with the sign of refopt's (where refopt's moves)."""
+    for r in bad:
+        prev_r, prev_o = list(r["leaves"]), list(r["leaves"])
+        for xr, xo in zip(r["ref"].params, r["other"].params):
+            for a, b, pa, pb in zip(xr, xo, prev_r, prev_o):
+                dr = np.asarray(a, np.float64) - np.asarray(pa, np.float64)
+                do = np.asarray(b, np.float64) - np.asarray(pb, np.float64)
+                if dr.shape != do.shape or not np.all(np.sign(do[dr != 0]) == np.sign(dr[dr != 0])):
+                    return False
+            prev_r, prev_o = xr, xo
+    return True

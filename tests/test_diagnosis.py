@@ -1,0 +1,254 @@
+"""The diagnosis of `refopt crosscheck --impl`: generated variants, the evidence, the ranking and the naming.
+
+Every mechanism has an implementation (plain numpy, written from the rules' equations here, not from refopt's
+code) it must name and a negative control: the correct implementation agrees, or a bug of another kind is not
+claimed. 10 steps, the stream and quadratic problems, float64."""
+import math
+
+import numpy as np
+import pytest
+
+import refopt
+from refopt.crosscheck.plugin import check_impl
+from refopt.schedules import warmup_cosine
+
+PROBLEMS = ("stream", "quadratic")
+
+
+def _check(impl, rule, problems=PROBLEMS, steps=10):
+    return check_impl(impl, rule, framework="numpy", steps=steps, problems=problems)
+
+
+class Adam:
+    """Adam (Kingma & Ba; torch's eps placement), with one switch per planted bug."""
+
+    def __init__(self, lr=0.01, b1=0.8, b2=0.95, eps=1e-8, wd=0.0, bug=None, schedule=None, nesterov=False):
+        self.lr, self.b1, self.b2, self.eps, self.wd, self.bug, self.schedule = lr, b1, b2, eps, wd, bug, schedule
+        self.nesterov = nesterov          # optax.nadam's look-ahead b1 m/(1 - b1^(t+1)) + (1 - b1) g/(1 - b1^t)
+
+    def init(self, params):
+        return {"t": 0, "exp_avg": [np.zeros_like(x) for x in params], "exp_avg_sq": [np.zeros_like(x) for x in params]}
+
+    def step(self, s, params, grads):
+        t = s["t"] + 1
+        b1, b2 = (self.b2, self.b1) if self.bug == "betas swapped" else (self.b1, self.b2)
+        lr = self.lr * (1.0 if self.schedule is None else self.schedule(t))
+        out, ms, vs = [], [], []
+        for x, g, m, v in zip(params, grads, s["exp_avg"], s["exp_avg_sq"]):
+            m = b1 * m + (1.0 if self.bug == "sum momentum" else 1 - b1) * g
+            v = b2 * v + (1 - b2) * (np.abs(g) if self.bug == "abs in v" else g * g)
+            t2 = t + 1 if self.bug == "bc2 ahead" else t
+            t1 = 1 if self.bug == "frozen" else t
+            t2 = 1 if self.bug == "frozen" else t2
+            x = x * (1 + lr * self.wd if self.bug == "decay sign" else 1 - lr * self.wd)
+            den = np.sqrt(v) / math.sqrt(1 - b2 ** t2) + self.eps
+            if self.bug == "eps inside":
+                den = np.sqrt(v / (1 - b2 ** t2) + self.eps)
+            if self.nesterov:
+                tn = t if self.bug == "nadam t" else t + 1
+                out.append(x - lr * (b1 * m / (1 - b1 ** tn) + (1 - b1) * g / (1 - b1 ** t1)) / den)
+            else:
+                out.append(x - lr / (1 - b1 ** t1) * m / den)
+            ms.append(m)
+            vs.append(v)
+        return out, {"t": t, "exp_avg": ms, "exp_avg_sq": vs}
+
+
+class SGD:
+    """torch.optim.SGD's momentum (b_1 = g_1, then b = mu b + (1 - tau) g)."""
+
+    def __init__(self, lr=0.05, mu=0.9, tau=0.3, bug=None):
+        self.lr, self.mu, self.tau, self.bug = lr, mu, tau, bug
+
+    def init(self, params):
+        return {"t": 0, "momentum_buffer": [np.zeros_like(x) for x in params]}
+
+    def step(self, s, params, grads):
+        w = self.tau if self.bug == "dampening inverted" else 1 - self.tau
+        bs = [g if s["t"] == 0 else self.mu * b + w * g for b, g in zip(s["momentum_buffer"], grads)]
+        return [x - self.lr * b for x, b in zip(params, bs)], {"t": s["t"] + 1, "momentum_buffer": bs}
+
+
+def _clipped(grads, max_norm, per_leaf):
+    groups = [[g] for g in grads] if per_leaf else [grads]
+    out = []
+    for gs in groups:
+        n = math.sqrt(sum(float(np.sum(g * g)) for g in gs))
+        out += [g * min(1.0, max_norm / n) if n > 0 else g for g in gs]
+    return out
+
+
+class ClipAdam(Adam):
+    def __init__(self, max_norm, per_leaf=False, **kw):
+        super().__init__(**kw)
+        self.max_norm, self.per_leaf = max_norm, per_leaf
+
+    def step(self, s, params, grads):
+        return super().step(s, params, _clipped(grads, self.max_norm, self.per_leaf))
+
+
+ADAM = "Adam(lr=0.01, beta1=0.8, beta2=0.95)"
+
+
+def test_correct_implementations_agree_and_need_no_diagnosis():
+    for impl, rule in [(Adam(), ADAM), (SGD(), "SGD(lr=0.05, momentum=0.9, dampening=0.3)"),
+                       (ClipAdam(0.5), f"ClipByGlobalNorm({ADAM}, max_norm=0.5)"),
+                       (Adam(wd=0.1), "AdamW(lr=0.01, beta1=0.8, beta2=0.95, weight_decay=0.1)")]:
+        r = _check(impl, rule)
+        assert r.agree and r.diagnosis == [], r.report()
+
+
+@pytest.mark.parametrize("impl,rule,name", [
+    (Adam(bug="betas swapped"), ADAM, "beta1 and beta2 swapped"),                   # pairs swapped
+    (SGD(bug="dampening inverted"), "SGD(lr=0.05, momentum=0.9, dampening=0.3)",
+     "dampening read as 1 - dampening"),                                             # a coefficient's complement
+    (Adam(bug="bc2 ahead"), ADAM, "the bias correction of v (1 - beta2^t): counter t + 1"),   # one counter place
+    (Adam(bug="frozen"), ADAM, "step counter frozen at 1"),                          # the whole counter frozen
+    (ClipAdam(0.5, per_leaf=True), f"ClipByGlobalNorm({ADAM}, max_norm=0.5)", "clip per leaf"),   # scope
+    (ClipAdam(0.5, bug="eps inside"), f"ClipByGlobalNorm({ADAM}, max_norm=0.5)",
+     "eps inside the sqrt (base)"),                                                  # a wrapper's base variant
+    (Adam(bug="nadam t", nesterov=True), "Adam(lr=0.01, beta1=0.8, beta2=0.95, nesterov=True)",
+     "the NAdam look-ahead's 1 - beta1^(t+1): counter t - 1"),                      # a place defined at t = 1
+], ids=["swap", "complement", "counter-place", "counter-frozen", "clip-scope", "base", "nadam-place"])
+def test_generated_variants_name_the_bug(impl, rule, name):
+    r = _check(impl, rule)
+    assert not r.agree and r.best.name == name and r.best.reproduces, r.report()
+    assert r.diagnosis_line().startswith(f"DIAGNOSIS: {name} -- ")
+    # negative control: the same implementation without the bug agrees
+    impl.bug = None
+    if hasattr(impl, "per_leaf"):
+        impl.per_leaf = False
+    assert _check(impl, rule).agree
+
+
+def test_a_refopt_schedule_counted_from_zero_is_named():
+    """refopt's schedules refuse t = 0; the variant evaluates the schedule's formula at the virtual step 0, so a
+    0-based warmup (lr 0 at the first step) is named. Negative control: the 1-based one agrees."""
+    s = warmup_cosine(3, 10, 0.1)
+    rule = refopt.Adam(lr=0.01, beta1=0.8, beta2=0.95, schedule=s)
+    zero = Adam(schedule=lambda t: s._at(t - 1))
+    r = _check(zero, rule)
+    assert r.best.name == "schedule counted from 0" and r.best.reproduces and not r.not_run, r.report()
+    assert _check(Adam(schedule=s), rule).agree
+
+
+def test_a_partition_group_rule_applied_to_every_leaf_is_named():
+    """Decay meant for the matrices applied to every leaf: the group's rule on every leaf, naming the option.
+    Negative control: decay on the matrices only agrees."""
+    rule = refopt.Partition({"hidden": refopt.AdamW(lr=0.01, beta1=0.8, beta2=0.95, weight_decay=0.1),
+                             "other": refopt.AdamW(lr=0.01, beta1=0.8, beta2=0.95, weight_decay=0.0)},
+                            labels=refopt.rules.partition.matrix_labels)
+
+    class Grouped(Adam):
+        def __init__(self, everywhere):
+            super().__init__(wd=0.1)
+            self.everywhere = everywhere
+
+        def step(self, s, params, grads):
+            wd = [0.1 if (self.everywhere or np.ndim(x) >= 2) else 0.0 for x in params]
+            outs = [Adam(wd=w).step(s, params, grads) for w in (0.0, 0.1)]
+            return [outs[w > 0][0][i] for i, w in enumerate(wd)], outs[0][1]
+
+    r = _check(Grouped(True), rule)
+    assert r.best.name == "group 'hidden''s rule on every leaf" and r.best.reproduces, r.report()
+    assert "weight_decay=0.1 on the other groups' leaves too" in r.best.detail
+    assert any("only the leaves of Partition group(s) ['other'] differ" in e for e in r.evidence), r.evidence
+    assert _check(Grouped(False), rule).agree
+
+
+def test_an_adapter_variant_runs_inside_its_partition_group():
+    """A variant that is not a refopt rule (here the frozen step counter) runs on its group's leaves with the
+    rule on the others: a counter stuck only in the matrices' group is named there. Negative control: the
+    counter stuck everywhere is the whole rule's variant, not the group's."""
+    rule = refopt.Partition({"hidden": refopt.Adam(lr=0.01, beta1=0.8, beta2=0.95),
+                             "other": refopt.Adam(lr=0.02, beta1=0.8, beta2=0.95)},
+                            labels=refopt.rules.partition.matrix_labels)
+
+    class Groups:
+        def __init__(self, frozen_everywhere):
+            self.sides = [Adam(bug="frozen"), Adam(lr=0.02, bug="frozen" if frozen_everywhere else None)]
+
+        def init(self, params):
+            return [a.init(params) for a in self.sides]
+
+        def step(self, s, params, grads):
+            outs = [a.step(si, params, grads) for a, si in zip(self.sides, s)]
+            return [outs[0 if np.ndim(x) >= 2 else 1][0][i] for i, x in enumerate(params)], [o[1] for o in outs]
+
+    r = _check(Groups(False), rule)
+    assert r.best.name == "step counter frozen at 1 (group 'hidden')" and r.best.reproduces, r.report()
+    r = _check(Groups(True), rule)
+    assert r.best.name == "step counter frozen at 1" and r.best.reproduces, r.report()
+
+
+def test_wrapped_state_fields_are_paired_by_name():
+    """ClipByGlobalNorm(Adam)'s base.m and base.v pair with exp_avg and exp_avg_sq by name (they were paired by
+    value, base.m with the user's second moment). Negative control: a plain Adam pairs m with exp_avg too."""
+    r = _check(ClipAdam(0.5, bug="eps inside"), f"ClipByGlobalNorm({ADAM}, max_norm=0.5)")
+    st = r.problems[0].state
+    assert st["base.m"][0].endswith("exp_avg") and st["base.v"][0].endswith("exp_avg_sq"), st
+    assert _check(Adam(), ADAM).problems[0].state["m"][0].endswith("exp_avg")
+
+
+@pytest.mark.parametrize("bug,finding", [
+    ("decay sign", "the decay has the opposite sign"),
+    ("no decay", "the decay is missing"),
+    ("sum momentum", "the state m is 5 x refopt's at every step and leaf (= 1/(1 - beta1))"),
+    ("abs in v", "the state v differs from step 1, where its update sees the same params and gradient on both "
+                 "sides, while m agrees at step 1"),
+], ids=["decay-term", "decay-missing", "state-ratio", "first-state"])
+def test_the_evidence_names_what_no_variant_reproduces(bug, finding):
+    decay = bug in ("decay sign", "no decay")
+    rule = "AdamW(lr=0.01, beta1=0.8, beta2=0.95, weight_decay=0.1)" if decay else ADAM
+    r = _check(Adam(bug=bug, wd=0.1 if bug == "decay sign" else 0.0), rule)
+    if bug == "no decay":    # the named variant 'no weight decay' reproduces it; the evidence says the same
+        assert r.best.reproduces and "decay is missing" in "\n".join(r.evidence), r.report()
+        return
+    assert not r.best.reproduces and r.lead and finding in r.lead, r.report()
+    assert r.diagnosis_line() == f"DIAGNOSIS: {r.lead}."
+    assert "the closest" not in r.diagnosis_line()
+
+
+def test_the_evidence_reads_the_update_ratio_and_the_first_step():
+    """A schedule read one step late (by a function refopt cannot shift: a table) is seen in c_t as the
+    schedule's index; the lr scaled is a constant c_t with the lr it implies. Negative controls: the correct
+    scheduled run agrees; the lr case names no schedule."""
+    table = [0.2, 0.4, 0.6, 0.8, 1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+    rule = refopt.Adam(lr=0.01, beta1=0.8, beta2=0.95, schedule=lambda t: table[t - 1])
+    late = _check(Adam(schedule=lambda t: table[t]), rule)
+    assert "schedule's index" in late.lead and "read at t + 1" in late.lead, late.report()
+    assert "the params differ from step 1" in late.evidence[0]
+    assert _check(Adam(schedule=lambda t: table[t - 1]), rule).agree
+    lr = _check(Adam(lr=0.0125), ADAM)
+    assert "1.25 x refopt's at every step: an lr of 0.0125 in place of 0.01" in lr.lead and "schedule" not in lr.lead
+
+
+def test_a_lead_is_named_only_when_clearly_closer():
+    """The ranking reads the earliest differing steps of every differing problem: eps inside the sqrt with a
+    small extra error is clearly closer than the rule (named as the closest when the evidence has no lead) but
+    does not reproduce the numbers. Negative control: an lr 1 % off has no variant clearly closer."""
+    near = _check(Adam(bug="eps inside", lr=0.01 * (1 + 1e-7)), ADAM)
+    best = near.best
+    assert best.name == "eps inside the sqrt" and not best.reproduces and best.clearly_closer, near.report()
+    near.lead = None
+    assert "the closest" in near.diagnosis_line() and "eps inside the sqrt" in near.diagnosis_line()
+    off = _check(Adam(lr=0.0101), ADAM)
+    assert not any(d.clearly_closer for d in off.diagnosis), off.report()
+    off.lead = None
+    assert "the closest" not in off.diagnosis_line() and "no variant reproduces" in off.diagnosis_line()
+
+
+def test_generated_variants_come_from_the_rule_record():
+    """Every categorical option's other values, integer options +-1, swaps, complements; fields that cannot
+    change the numbers (msign_backend) are skipped; a variant the rule refuses is not generated."""
+    from refopt.conventions._generated import choices, generated
+
+    names = [v.name for v in generated(refopt.Muon(lr=0.02, momentum=0.9, weight_decay=0.05))]
+    for want in ["ns_steps=4", "ns_steps=6", "scale='jordan'", "wd_mode='independent'", "nesterov=False",
+                 "momentum read as 1 - momentum", "lr and weight_decay swapped", "step counter frozen at 1"]:
+        assert want in names, names
+    assert not any("msign_backend" in n for n in names)
+    assert set(choices(refopt.Adam(), "amsgrad")) == {False, True, "bias_corrected"}
+    assert choices(refopt.Adam(), "lr") is None
+    refused = [v.name for v in generated(refopt.Adam(lr=2.0))]        # beta1 = 2.0 is refused by Adam
+    assert "lr and beta1 swapped" not in refused and "lr and eps swapped" in refused
