@@ -181,6 +181,38 @@ def test_an_adapter_variant_runs_inside_its_partition_group():
     assert r.best.name == "step counter frozen at 1" and r.best.reproduces, r.report()
 
 
+class EMA:
+    """SGD (no momentum) with a debiased zero-init EMA of the iterates beside it (optax.ema(debias=True) on
+    the iterates): e_t = d e_{t-1} + (1 - d) x_t, mu_t = e_t / (1 - d^t); the params are the SGD iterate."""
+
+    def __init__(self, lr=0.05, decay=0.9, bug=None):
+        self.lr, self.d, self.bug = lr, decay, bug
+
+    def init(self, params):
+        return {"t": 0, "e": [np.zeros_like(x) for x in params], "mu": [x.copy() for x in params]}
+
+    def step(self, s, params, grads):
+        t = s["t"] + 1
+        xs = [x - self.lr * g for x, g in zip(params, grads)]
+        es = [self.d * e + (1 - self.d) * x for e, x in zip(s["e"], xs)]
+        tb = t + 1 if self.bug == "debias ahead" else t
+        return xs, {"t": t, "e": es, "mu": [e / (1 - self.d ** tb) for e in es]}
+
+
+def test_a_difference_in_the_state_alone_is_ranked_on_the_state():
+    """The params agree and only the EMA differs: every variant that leaves the params alone has params
+    distance 0, so the variants are ranked on the state (the EMA's debias read at t + 1 is named, and no
+    variant that leaves the EMA alone "reproduces" it). Negative control: the correct EMA agrees."""
+    rule = "EMA(SGD(lr=0.05), decay=0.9)"
+    r = _check(EMA(bug="debias ahead"), rule)
+    assert not r.agree and r.metric == "state" and r.best.reproduces, r.report()
+    assert r.best.name == "the averaging weight (1 - decay)/(1 - decay^t): counter t + 1", r.report()
+    assert r.problems[0].first[:3] == (1, "w", "state mu (~mu)"), r.problems[0].first
+    assert "only the state differs" in r.report()
+    assert not any(d.reproduces for d in r.diagnosis[1:]), [d.name for d in r.diagnosis if d.reproduces]
+    assert _check(EMA(), rule).agree
+
+
 def test_wrapped_state_fields_are_paired_by_name():
     """ClipByGlobalNorm(Adam)'s base.m and base.v pair with exp_avg and exp_avg_sq by name (they were paired by
     value, base.m with the user's second moment). Negative control: a plain Adam pairs m with exp_avg too."""

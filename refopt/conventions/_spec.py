@@ -328,6 +328,12 @@ class Oracle(Adapter):
         return out
 
 
+def counted(t: int, how) -> int:
+    """The step counter a place of an oracle reads at step t under a counter switch ``how`` ('next': t + 1,
+    'prev': t - 1, 'frozen': 1, None: t)."""
+    return t + 1 if how == "next" else t - 1 if how == "prev" else 1 if how == "frozen" else t
+
+
 def copy_state(s):
     """A copy of a leaf's state dict (nested dicts of a wrapper's base copied too)."""
     return {k: copy_state(v) if isinstance(v, dict) else (v.copy() if isinstance(v, np.ndarray) else v)

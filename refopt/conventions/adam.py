@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
+from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.adam import Adam, AdamW
 
@@ -54,7 +54,7 @@ class AdamOracle(Oracle):
         m = s["m"] = scalar(b1, d) * s["m"] + scalar(1.0 - b1, d) * g
         v = s["v"] = scalar(b2, d) * s["v"] + scalar(1.0 - b2, d) * (g * g)
         tb = t + 1 if self.bias == "off_by_one" else t
-        t1, t2 = (_counted(tb, self.counter.get(k)) for k in ("bc1", "bc2"))
+        t1, t2 = (counted(tb, self.counter.get(k)) for k in ("bc1", "bc2"))
         bc1 = 1.0 - b1 ** t1 if self.bias in ("standard", "off_by_one", "m_only") else 1.0
         bc2 = 1.0 - b2 ** t2 if self.bias in ("standard", "off_by_one", "v_only") else 1.0
         root = math.sqrt(bc2)
@@ -66,7 +66,7 @@ class AdamOracle(Oracle):
         step, u_scale = lr / bc1, 1.0 / bc1
         if self.nesterov:
             if self.psi is None:                     # optax.nadam: constant beta1
-                c_m, c_g = b1 / (1.0 - b1 ** (_counted(tb, self.counter.get("nesterov")) + 1)), (1.0 - b1) / bc1
+                c_m, c_g = b1 / (1.0 - b1 ** (counted(tb, self.counter.get("nesterov")) + 1)), (1.0 - b1) / bc1
             else:                                    # torch.optim.NAdam: mu_k = b1 (1 - 0.96^(k psi)/2)
                 mu = [b1 * (1.0 - 0.5 * 0.96 ** (k * self.psi)) for k in range(1, t + 2)]
                 prod = 1.0
@@ -100,10 +100,6 @@ class AdamOracle(Oracle):
         if self.decay == "after":
             x = x * scalar(1.0 - lr * self.wd, d)
         return x
-
-
-def _counted(t: int, how) -> int:
-    return t + 1 if how == "next" else t - 1 if how == "prev" else 1 if how == "frozen" else t
 
 
 def ConventionAdam(lr, beta1, beta2, eps, weight_decay=0.0, decay="none", eps_mode="outside", bias="standard",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, copy_state, scalar
+from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, copy_state, counted, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.adam import Adam, AdamW
 from refopt.rules.averaging import EMA, Average
@@ -16,7 +16,8 @@ class AveragingOracle(Oracle):
     """The base rule's oracle steps x; beside it mu_t = (1 - c_t) mu_{t-1} + c_t x_t (post 004, eq. (2)) with
     c_t = 1/t (Average) or, for EMA with beta = decay: c_t = (1 - beta)/(1 - beta^t) (debias: the zero-init
     EMA divided by 1 - beta^t), 1 - beta from mu_0 = x_0 (debias=False), or mu_1 = x_1 then 1 - beta
-    (start='after_first_step'). Switches: ``debias``, ``start``."""
+    (start='after_first_step'). Switches: ``debias``, ``start``, ``counter`` {'weight': 'next' | 'prev' |
+    'frozen'} (the step counter c_t reads; the base rule reads t)."""
 
     def __init__(self, rule, name=None, **sw):
         from refopt.conventions import oracle
@@ -24,24 +25,39 @@ class AveragingOracle(Oracle):
         self.base = sw.get("base") or oracle(rule.base)
         self.debias = sw.get("debias", getattr(rule, "debias", None))
         self.start = sw.get("start", getattr(rule, "start", None))
+        self.counter = sw.get("counter", {})
 
     def init_leaf(self, x, path):
-        return {"mu": np.array(x, copy=True), "base": self.base.init_leaf(x, path)}
+        s = {"mu": np.array(x, copy=True), "base": self.base.init_leaf(x, path)}
+        if self._zero_init():
+            s["e"] = np.zeros_like(x)
+        return s
+
+    def _zero_init(self) -> bool:
+        """The debiased EMA with its counter switched, kept as its zero-init EMA e_t and mu_t = e_t/(1 - beta^t')
+        (the recursion on mu holds only when the counter starts at 1)."""
+        return isinstance(self.rule, EMA) and bool(self.debias) and "weight" in self.counter
 
     def step_leaf(self, t, s, x, g, path):
         base = copy_state(s["base"])
         x = self.base.step_leaf(t, base, x, g, path)
         s["base"] = base
+        tc = counted(t, self.counter.get("weight"))
+        if self._zero_init():
+            b = scalar(self.rule.decay, x.dtype)
+            s["e"] = b * s["e"] + (1 - b) * x
+            s["mu"] = s["e"] / (1 - b ** tc)
+            return x
         if isinstance(self.rule, Average):
-            c = 1.0 / t
+            c = 1.0 / tc
         else:
             b = self.rule.decay
             if self.start == "after_first_step":
-                c = 1.0 if t == 1 else 1.0 - b
+                c = 1.0 if tc == 1 else 1.0 - b
             elif not self.debias:
                 c = 1.0 - b
             else:
-                c = (1.0 - b) / (1.0 - b ** t)
+                c = (1.0 - b) / (1.0 - b ** tc)
         s["mu"] = scalar(1.0 - c, x.dtype) * s["mu"] + scalar(c, x.dtype) * x
         return x
 
@@ -112,6 +128,8 @@ CONVENTIONS = Conventions(
     final="mu = (1 - c_t) mu + c_t x_t of the iterate after the step (its weights c_t, the debias, where it "
           "starts) or the base's step",
     per_step="the averaging weight c_t",
+    counters=lambda rule: (() if isinstance(rule, EMA) and not rule.debias else (
+        ("weight", "the averaging weight " + ("1/t" if isinstance(rule, Average) else "(1 - decay)/(1 - decay^t)")),)),
     mappings=(OPTAX_EMA,),
     no_peer={"torch": "torch.optim.swa_utils.AveragedModel is not an optimizer; the divergence atlas runs it beside "
                       "torch.optim.SGD (entry ema-start)",

@@ -3,7 +3,8 @@ r"""Which variant of the rule explains an implementation's numbers, judged on th
 :func:`rank` runs every diagnosis variant of the rule (:func:`refopt.crosscheck.variants.variants`: the
 conventions file's named ones and the generated ones) on the same gradients as the implementation and
 measures, per problem p, its distance to the implementation (the max over leaves of the params rel, or of
-the update rel for the bfloat16 tier):
+the update rel for the bfloat16 tier; on a problem where the params agree and only the state differs, an
+average or an EMA kept beside the iterate, the max of the state rel of the paired fields):
 
 * over the whole run, ``full_p``: the variant **reproduces** the numbers when ``full_p`` is within the
   tier's tolerance on every problem and, on the problems where the rule differs, at least ``factor`` times
@@ -26,9 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from refopt.crosscheck.run import figures, trajectory
+from refopt.crosscheck.run import entry_figures, figures, trajectory
 
-__all__ = ["Diagnosis", "Ranking", "rank", "CLEARLY", "WINDOW"]
+__all__ = ["Diagnosis", "Ranking", "rank", "state_distance", "CLEARLY", "WINDOW"]
 
 CLEARLY = 0.5   # a lead's distance on the window is at most this fraction of the rule's on every differing problem
 WINDOW = 2      # steps after the first differing one in the window
@@ -60,8 +61,10 @@ def _window(first: int | None, n: int) -> int:
 def rank(rule, runs: list, metric: str, limit: float, factor: float) -> Ranking:
     """Run and rank the variants of ``rule``. ``runs``: per problem a dict with prob (the problem), grads,
     other (the implementation's trajectory), dist (the rule's per-step distance, (steps,)), first (the
-    rule's first differing step or None) and agree; ``metric``: 'params_rel' or 'update_rel'; ``limit``: the
-    tier's tolerance of that figure."""
+    rule's first differing step or None) and agree, and on a problem where only the state differs
+    state_only (the distances are then of the paired state fields, :func:`state_distance`, and limit
+    that tier's state tolerance); ``metric``: 'params_rel' or 'update_rel'; ``limit``: the tier's
+    tolerance of that figure."""
     from refopt.crosscheck.variants import variants
 
     out = Ranking()
@@ -72,9 +75,11 @@ def rank(rule, runs: list, metric: str, limit: float, factor: float) -> Ranking:
         except _NotRun as e:
             out.not_run.append((v.name, e.problem, e.text))
             continue
+        within = True
         for r, d in zip(runs, dists):
             worst = float(d.max(initial=0.0))
             full = max(full, worst)
+            within = within and worst <= r.get("limit", limit)
             if r["agree"]:
                 agree_ok = agree_ok and worst <= limit
                 continue
@@ -82,7 +87,7 @@ def rank(rule, runs: list, metric: str, limit: float, factor: float) -> Ranking:
             mine, ref = float(d[:w].max(initial=0.0)), float(r["dist"][:w].max(initial=0.0))
             close = max(close, mine / ref if ref > 0 else (0.0 if mine == 0 else math.inf))
             factor_ok = factor_ok and worst * factor <= float(r["dist"].max(initial=0.0))
-        out.diagnosis.append(Diagnosis(v.name, v.detail, full, agree_ok and factor_ok and full <= limit,
+        out.diagnosis.append(Diagnosis(v.name, v.detail, full, agree_ok and factor_ok and within,
                                        close if agree_ok else math.inf))
     out.diagnosis.sort(key=lambda d: (not d.reproduces, d.closeness, d.distance))
     return out
@@ -94,12 +99,31 @@ class _NotRun(Exception):
         self.problem, self.text = problem, text
 
 
+def state_distance(traj, other, pairs: dict) -> np.ndarray:
+    """Per step, the max over leaves and over the paired state fields (``pairs`` {field: (the
+    implementation's entry or None, ...)}) of the state rel of ``traj`` against the implementation's
+    trajectory ``other``; inf at every step when ``traj`` has no comparable field of that name."""
+    n = min(len(traj.state), len(other.state))
+    d = np.zeros(n)
+    for f, (key, *_) in pairs.items():
+        if key is None:
+            continue
+        fig = entry_figures(traj.state, other.state, f, key)
+        if fig is None:
+            return np.full(n, math.inf)
+        d = np.maximum(d, fig[1].max(axis=1, initial=0.0))
+    return d
+
+
 def _distance(v, r, metric: str) -> np.ndarray:
-    """The variant's per-step distance to the implementation on one problem (max over leaves)."""
+    """The variant's per-step distance to the implementation on one problem (max over leaves): of the
+    params (``metric``), or of the state on a problem where only the state differs."""
     try:
         with warnings.catch_warnings():   # e.g. a Partition variant with one group empty on a problem
             warnings.simplefilter("ignore")
-            vr, _ = trajectory(v.make(), r["prob"].leaves, r["grads"])
+            vr, _ = trajectory(v.make(), r["prob"].leaves, r["grads"], state="all" if r.get("state_only") else None)
     except Exception as e:  # noqa: BLE001 - reported in Ranking.not_run (and by --debug), not swallowed
         raise _NotRun(r["prob"].name, f"{type(e).__name__}: {e}") from None
+    if r.get("state_only"):
+        return state_distance(vr, r["other"], r["state"])
     return getattr(figures(vr, r["other"], r["prob"].leaves), metric).max(axis=1, initial=0.0)

@@ -47,25 +47,33 @@ class Evidence:
     lead: str | None = None
 
 
+def _steps(ref, other, leaves0, n=None):
+    """Per step t (the first ``n``, default all both recorded), per leaf: (x_{t-1}, D_t, x'_{t-1}, D'_t), float64,
+    refopt's previous params and update and the implementation's, each from its own previous params; None
+    for a leaf whose shapes differ."""
+    prev_r = prev_o = [np.asarray(x, np.float64) for x in leaves0]
+    for xr, xo in list(zip(ref.params, other.params))[:n]:
+        xr, xo = [np.asarray(a, np.float64) for a in xr], [np.asarray(a, np.float64) for a in xo]
+        yield [(pr, a - pr, po, b - po) if a.shape == b.shape == pr.shape == po.shape else None
+               for a, b, pr, po in zip(xr, xo, prev_r, prev_o)]
+        prev_r, prev_o = xr, xo
+
+
 def update_fit(ref, other, leaves0) -> tuple[np.ndarray, np.ndarray]:
     """(c, cos), arrays (steps, leaves) of the module docstring (nan where refopt's update is 0 or either
     is not finite)."""
     n, k = min(len(ref.params), len(other.params)), len(leaves0)
     c, cos = np.full((n, k), np.nan), np.full((n, k), np.nan)
-    prev_r, prev_o = list(leaves0), list(leaves0)
-    for t in range(n):
-        for i in range(k):
-            a, b = np.asarray(other.params[t][i], np.float64), np.asarray(ref.params[t][i], np.float64)
-            if a.shape != b.shape:
+    for t, leaves in enumerate(_steps(ref, other, leaves0)):
+        for i, leaf in enumerate(leaves):
+            if leaf is None:
                 continue
-            dr = (b - np.asarray(prev_r[i], np.float64)).ravel()
-            do = (a - np.asarray(prev_o[i], np.float64)).ravel()
+            dr, do = leaf[1].ravel(), leaf[3].ravel()
             nr, no = float(dr @ dr), float(np.linalg.norm(do))
             if nr > 0 and math.isfinite(no) and math.isfinite(nr):
                 dot = float(do @ dr)
                 c[t, i] = dot / nr
                 cos[t, i] = dot / (no * math.sqrt(nr)) if no > 0 else 0.0
-        prev_r, prev_o = ref.params[t], other.params[t]
     return c, cos
 
 
@@ -269,7 +277,11 @@ def _first_steps(bad) -> str:
         over = np.nonzero((r["prel"] > r["tol"].get("params", 0.0)).any(axis=1))[0]
         if over.size:
             first[r["problem"]] = int(over[0]) + 1
-    if first and min(first.values()) > 1:
+    if not first:
+        return ("the params agree at every step on every problem; only the state differs: a state the step does "
+                "not feed back into the params (an average or EMA of the iterates, a statistic), or one kept in "
+                "another form")
+    if min(first.values()) > 1:
         return (f"step 1 agrees; the params first differ at {_steps_text(first)}: the first step's formula is "
                 f"right, the difference enters with what a step carries to the next (the state's update, momentum, "
                 f"a step counter)")
@@ -361,18 +373,11 @@ def _decay(rule, bad) -> str | None:
     per step, lr_t = lr gamma_t), each named form of your decay rate rho_t is tested exactly against the
     two sides' own params, e_t = -rho_t x'_{t-1} + lr_t wd x_{t-1}: the opposite sign, missing, twice, the
     peak lr in place of the scheduled one, not multiplied by the lr."""
-    r = bad[0]
-    prev_r, prev_o, steps = list(r["leaves"]), list(r["leaves"]), []
-    for t, (xr, xo) in enumerate(zip(r["ref"].params[:WINDOW_DECAY], r["other"].params[:WINDOW_DECAY])):
-        leaves = []
-        for a, b, pa, pb in zip(xr, xo, prev_r, prev_o):
-            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-            pa, pb = np.asarray(pa, np.float64), np.asarray(pb, np.float64)
-            if a.shape != b.shape:
-                return None
-            leaves.append((((b - pb) - (a - pa)).ravel(), pb.ravel(), pa.ravel()))
-        steps.append((t + 1, leaves))
-        prev_r, prev_o = xr, xo
+    r, steps = bad[0], []
+    for t, leaves in enumerate(_steps(r["ref"], r["other"], r["leaves"], WINDOW_DECAY)):
+        if any(leaf is None for leaf in leaves):
+            return None
+        steps.append((t + 1, [((do - dr).ravel(), po.ravel(), pr.ravel()) for pr, dr, po, do in leaves]))
     big = max((float(np.linalg.norm(e)) for _, ls in steps for e, _, _ in ls), default=0.0)
     ks = []
     for t, ls in steps:
@@ -396,6 +401,9 @@ def _decay(rule, bad) -> str | None:
     lr, wd, sched = getattr(rule, "lr", None), getattr(rule, "weight_decay", None), getattr(rule, "schedule", None)
     if not (isinstance(lr, float) and isinstance(wd, float)) or wd == 0 or lr == 0:
         return head + " (your step multiplies the params by 1 + k_t more than refopt's)"
+    def lr_at(t):
+        return lr * (1.0 if sched is None else float(sched(t)))
+
     for what, rho in (("the decay has the opposite sign: x (1 + lr wd) in place of x (1 - lr wd)", lambda lt: -lt * wd),
                       ("the decay is missing", lambda lt: 0.0),
                       ("the decay is applied twice", lambda lt: 2 * lt * wd),
@@ -403,14 +411,14 @@ def _decay(rule, bad) -> str | None:
                       ("the decay is not multiplied by the lr: x (1 - wd)", lambda lt: wd)):
         ok = True
         for t, ls in steps:
-            lt = lr * (1.0 if sched is None else float(sched(t)))
+            lt = lr_at(t)
             for e, xo, xr in ls:
                 want = -rho(lt) * xo + lt * wd * xr
                 if float(np.linalg.norm(e - want)) > DECAY_FIT * max(float(np.linalg.norm(e)), 1e-300):
                     ok = False
         if ok:
             return f"{head}: {what}"
-    ratio = np.array([k / (lr * wd * (1.0 if sched is None else float(sched(t)))) for t, k in ks])
+    ratio = np.array([k / (lr_at(t) * wd) for t, k in ks])
     if np.all(np.abs(ratio - 1) <= 10 * DECAY_FIT):
         return (f"{head}: refopt's decay term lr_t wd x is missing from your step at every step (with L2 decay in the "
                 f"gradient: the term left out of one of the places your step uses the gradient, e.g. a look-ahead)")
@@ -482,12 +490,8 @@ def _shape(rule, bad) -> tuple[str, str | None, str] | None:
 def _same_signs(bad) -> bool:
     """Every entry of every update moves with the sign of refopt's (where refopt's moves)."""
     for r in bad:
-        prev_r, prev_o = list(r["leaves"]), list(r["leaves"])
-        for xr, xo in zip(r["ref"].params, r["other"].params):
-            for a, b, pa, pb in zip(xr, xo, prev_r, prev_o):
-                dr = np.asarray(a, np.float64) - np.asarray(pa, np.float64)
-                do = np.asarray(b, np.float64) - np.asarray(pb, np.float64)
-                if dr.shape != do.shape or not np.all(np.sign(do[dr != 0]) == np.sign(dr[dr != 0])):
+        for leaves in _steps(r["ref"], r["other"], r["leaves"]):
+            for leaf in leaves:
+                if leaf is None or not np.all(np.sign(leaf[3][leaf[1] != 0]) == np.sign(leaf[1][leaf[1] != 0])):
                     return False
-            prev_r, prev_o = xr, xo
     return True

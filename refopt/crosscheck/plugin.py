@@ -331,6 +331,18 @@ def _gated_ok(prel, urel, state, tol: dict) -> bool:
     return True
 
 
+def _first_state(srel: dict, paths, tol: float) -> tuple | None:
+    """(step, leaf path, 'state FIELD (~ENTRY)', rel, tol) of the first step and leaf where a paired state
+    field differs beyond ``tol`` (the params agree), from ``srel`` {field: (entry, rel (steps, leaves))}."""
+    best = None
+    for f, (k, rel) in srel.items():
+        over = np.argwhere(~(rel <= tol)) if rel is not None else ()
+        if len(over) and (best is None or over[0][0] + 1 < best[0]):
+            t, i = over[0]
+            best = (int(t) + 1, paths[i], f"state {f} (~{k})", float(rel[t, i]), tol)
+    return best
+
+
 def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = None, layout: str | None = None,
                steps: int = 50, dtype: str = "float64", problems=DEFAULT_PROBLEMS, seed: int = 0,
                diagnose: bool = True, name: str | None = None) -> PluginResult:
@@ -379,22 +391,23 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
                 tier, gate = ("float32 rounding" if tname == "exact" and dtype == "float32" else tname), tt
                 break
         tol0 = tiers[0][1].for_dtype(dtype, prob_name)
+        srel = {f: (k, None if k is None else entry_figures(ref.state, other.state, f, k)[1])
+                for f, (k, _) in state.items()}
+        state_only = False
         if tier is None:
             first = fig.first(prob.paths, tol0)
             if first is None:     # only the state differs
-                first = (0, "-", "state", max(v for _, v in state.values()), tol0["state"])
+                state_only, first = True, _first_state(srel, prob.paths, tol0.get("state", tol0.get("params")))
         results.append(ProblemResult(prob_name, prob.paths, float(prel.max(initial=0.0)), float(urel.max(initial=0.0)),
                                      state, tier, first, gate=gate,
                                      nonfinite=None if tier is not None else _nonfinite(other, prob.paths)))
         runs.append(dict(prob=prob, problem=prob_name, grads=grads, ref=ref, other=other, prel=prel, urel=urel,
                          paths=prob.paths, leaves=prob.leaves, tol=tol0, agree=tier is not None,
-                         first=first[0] if first and first[0] > 0 else None,
-                         state={f: (k, None if k is None else entry_figures(ref.state, other.state, f, k)[1])
-                                for f, (k, _) in state.items()}))
+                         first=first[0] if first else None, state=srel, state_only=state_only))
     res = PluginResult(adapter.name, rule_text, adapter.framework, adapter.layout, dtype, steps, results)
     if res.agree or not diagnose or any(r.nonfinite for r in results):   # no variant explains a NaN
         return res
-    from refopt.crosscheck.diagnosis import rank
+    from refopt.crosscheck.diagnosis import rank, state_distance
     from refopt.crosscheck.evidence import gather
 
     ev = gather(rule, runs)
@@ -402,10 +415,15 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
     bf16 = any("bfloat16" in n for n, _ in tiers)
     metric = "update" if bf16 else "params"
     res.metric = metric
-    for r in runs:
-        r["dist"] = (r["urel"] if bf16 else r["prel"]).max(axis=1, initial=0.0)
-    res.rule_distance = max(float(r["dist"].max(initial=0.0)) for r in runs)
     limit = max(t.for_dtype(dtype)[metric] for _, t in tiers if metric in t.for_dtype(dtype))
+    for r in runs:
+        if r["state_only"]:     # the params agree: the variants are judged on the state that differs
+            r["dist"], r["limit"] = state_distance(r["ref"], r["other"], r["state"]), r["tol"]["state"]
+        else:
+            r["dist"] = (r["urel"] if bf16 else r["prel"]).max(axis=1, initial=0.0)
+    if all(r["state_only"] for r in runs if not r["agree"]):
+        res.metric = "state"
+    res.rule_distance = max(float(r["dist"].max(initial=0.0)) for r in runs)
     ranking = rank(rule, runs, f"{metric}_rel", limit, 5.0 if bf16 else 100.0)
     res.diagnosis, res.not_run = ranking.diagnosis, ranking.not_run
     return res
