@@ -43,6 +43,10 @@ RULES = [
     refopt.ClipByGlobalNorm(refopt.Muon(lr=0.02, msign="svd"), max_norm=30.0),
     refopt.RMSprop(lr=0.01),
     refopt.RMSprop(lr=0.01, momentum=0.9, centered=True, weight_decay=0.1),   # L2: not scale invariant
+    refopt.Adagrad(lr=0.05),
+    refopt.Adagrad(lr=0.05, initial_accumulator_value=0.1, eps=1e-7, eps_mode="inside"),   # not stated
+    refopt.Adamax(lr=0.05),
+    refopt.Adamax(lr=0.05, weight_decay=0.1),   # L2: not scale invariant
 ]
 CHEAP = ["gradient_scale_invariance", "parameter_scale_covariance", "orthogonal_equivariance",
          "permutation_equivariance", "reparametrization_covariance", "mup_step_size"]
