@@ -62,6 +62,8 @@ RULES = [
     refopt.Rprop(lr=0.01, form="optax"),
     refopt.OptimisticGradientDescent(lr=0.01, alpha=0.7, beta=0.4),
     refopt.Adan(lr=0.01, eps=1e-12, eps_root=0.0),
+    refopt.ASGD(lr=0.01, lambd=0.1, t0=0.0),
+    refopt.NovoGrad(lr=0.01, eps=1e-12),
 ]
 CHEAP = ["gradient_scale_invariance", "parameter_scale_covariance", "orthogonal_equivariance",
          "permutation_equivariance", "reparametrization_covariance", "mup_step_size"]
