@@ -42,8 +42,9 @@ def variants(rule):
 
 def facts(rule, of):
     """g/||g||_F per leaf: degree 0 in g without decay (eps -> 0); the Frobenius norm is invariant under
-    orthogonal maps and permutations; not per entry (one v per leaf)."""
-    return {"grad_scale": rule.weight_decay == 0, "orthogonal": True, "elementwise": False}
+    orthogonal maps and permutations, so the step commutes with both (``elementwise``, the fact permutation
+    equivariance reads, holds though v is one number per leaf)."""
+    return {"grad_scale": rule.weight_decay == 0, "orthogonal": True, "elementwise": True}
 
 
 def _match(rule):
