@@ -109,6 +109,8 @@ def test_the_oracle_reproduces_the_compiled_rule(make_rule, kind, dtype, tol):
     (lambda: refopt.SGD(lr=0.05, momentum=0.9, dampening=0.3), dict(dampen_first=True)),
     (lambda: refopt.Lion(lr=0.01), dict(order="momentum_first")),
     (lambda: refopt.RMSprop(lr=0.01), dict(eps_mode="inside")),
+    (lambda: refopt.Adagrad(lr=0.05, eps=1e-3), dict(eps_mode="inside")),
+    (lambda: refopt.Adamax(lr=0.05, eps=1e-3), dict(eps_mode="outside")),
 ])
 def test_a_switched_oracle_is_caught(make_rule, switch):
     """Negative control of the oracle test: one convention switched differs from the rule by far more than

@@ -276,3 +276,18 @@ def test_torch_nadam_keeps_its_scalars_in_the_run_dtype():
     wrong = check_impl(torch.optim.NAdam, rule, {"lr": 0.01, "momentum_decay": 5e-3}, steps=50,
                        problems=("stream",), diagnose=False)
     assert not wrong.agree and wrong.problems[0].params_rel > 1e-6, wrong.report()
+
+
+def test_like_pairs_the_state_as_the_peer_names_it():
+    """optax.rmsprop keeps its momentum as the trace of the lr-scaled step (-lr b): with the rule written as
+    like("optax.rmsprop", ...) the state is paired by the mapping (v ~ nu; b compared through the params), so
+    the peer itself agrees; negative control: the peer with another momentum differs on the params."""
+    optax = pytest.importorskip("optax")
+    kw = {"learning_rate": 0.01, "decay": 0.95, "eps": 1e-4, "momentum": 0.5, "bias_correction": True}
+    rule = 'like("optax.rmsprop", learning_rate=0.01, decay=0.95, eps=1e-4, momentum=0.5, bias_correction=True)'
+    r = _check(optax.rmsprop, rule, kw, "jax", problems=("stream", "mlp"))
+    assert r.agree, r.report()
+    assert all(p.state["v"][0].endswith("nu") and p.state["b"][0] is None for p in r.problems)
+    bad = check_impl(optax.rmsprop, rule, {**kw, "momentum": 0.6}, "jax", steps=STEPS, problems=("stream",),
+                     diagnose=False)
+    assert not bad.agree and bad.problems[0].params_rel > 1e-3

@@ -43,6 +43,27 @@ RULES = [
     refopt.ClipByGlobalNorm(refopt.Muon(lr=0.02, msign="svd"), max_norm=30.0),
     refopt.RMSprop(lr=0.01),
     refopt.RMSprop(lr=0.01, momentum=0.9, centered=True, weight_decay=0.1),   # L2: not scale invariant
+    refopt.Adagrad(lr=0.05),
+    refopt.Adagrad(lr=0.05, initial_accumulator_value=0.1, eps=1e-7, eps_mode="inside"),   # not stated
+    refopt.Adamax(lr=0.05),
+    refopt.Adamax(lr=0.05, weight_decay=0.1),   # L2: not scale invariant
+    refopt.Adadelta(lr=1.0, eps=1e-10),
+    refopt.Adadelta(lr=0.5, eps=1e-4, weight_decay=0.1),   # eps 1e-4 and L2: not stated
+    refopt.RMSprop(lr=0.01, alpha=0.9, eps=1e-12, eps_mode="inside", bias_correction=True, momentum=0.9,
+                   nesterov=True),
+    refopt.Signum(lr=0.01),
+    refopt.Signum(lr=0.01, beta=0.0),
+    refopt.AdaBelief(lr=0.01, nesterov=True),
+    refopt.Yogi(lr=0.01),   # v_0 and eps absolute: not scale invariant
+    refopt.RAdam(lr=0.01, beta2=0.9),   # the momentum steps have degree 1 in g
+    refopt.RAdam(lr=0.01, beta2=0.9, eps_mode="corrected", nesterov=True, weight_decay=0.1,
+                 decoupled_weight_decay=True),
+    refopt.Rprop(lr=0.01),
+    refopt.Rprop(lr=0.01, form="optax"),
+    refopt.OptimisticGradientDescent(lr=0.01, alpha=0.7, beta=0.4),
+    refopt.Adan(lr=0.01, eps=1e-12, eps_root=0.0),
+    refopt.ASGD(lr=0.01, lambd=0.1, t0=0.0),
+    refopt.NovoGrad(lr=0.01, eps=1e-12),
 ]
 CHEAP = ["gradient_scale_invariance", "parameter_scale_covariance", "orthogonal_equivariance",
          "permutation_equivariance", "reparametrization_covariance", "mup_step_size"]

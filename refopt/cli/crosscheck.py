@@ -111,7 +111,8 @@ def run_impl(args: argparse.Namespace) -> int:
     code, target = run_user_code(lambda: load_target(args), "crosscheck")
     if code:
         return code
-    impl, name, kwargs, rule = target
+    impl, name, kwargs, _ = target     # (the rule is parsed there; check_impl reads a like(PEER, ...) call's
+    rule = args.rule                   # state names from the text)
     code, res = run_user_code(lambda: check_impl(impl, rule, kwargs, args.framework, args.layout, args.steps,
                                                  args.dtype, tuple(args.problems or DEFAULT_PROBLEMS), args.seed,
                                                  name=name), "crosscheck")

@@ -169,6 +169,21 @@ def parse_rule(expr: str):
     return value
 
 
+def peer_call(expr: str) -> tuple[str, dict] | None:
+    """(PEER, kwargs) when ``expr`` is a call ``like("PEER", **kwargs)`` at its top level, else None (the
+    plug-in cross-check then pairs the state as that peer names it, :meth:`PeerMapping.state_map`).
+    Raises :class:`ExprError` as :func:`parse_rule` for a bad expression."""
+    try:
+        node = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "like"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        return None
+    names = constructors()
+    return node.args[0].value, {k.arg: _value(k.value, names) for k in node.keywords if k.arg is not None}
+
+
 def to_expr(value: Any) -> str:
     """A rule expression for ``value`` (a rule, schedule or literal) that :func:`parse_rule` reads back
     to an equal rule; fields at their default are left out. Raises ExprError for a value that has no

@@ -163,14 +163,20 @@ def _named(field: str, key: str) -> bool:
     return bool(name) and name in _STATE_NAMES.get(own, (own,))
 
 
-def _state_match(ref: Trajectory, other: Trajectory) -> dict:
+def _state_match(ref: Trajectory, other: Trajectory, peer_names: dict | None = None) -> dict:
     """{refopt field: (the implementation's entry of that name if it has one, else the closest by value, or
     None; max rel difference)}: a wrong first moment is reported as m against m, not paired by value with
-    another entry it happens to be closer to."""
+    another entry it happens to be closer to. ``peer_names`` ({refopt field: peer state name}, from the
+    ``like(PEER, ...)`` mapping the rule was written with) names the pairs instead: a field it leaves out is
+    kept by the peer in another form (optax.rmsprop's trace holds -lr b) and is not compared."""
     out = {}
     if not ref.state:
         return out
     for f in ref.state[0]:
+        if peer_names is not None and last_name(f) not in peer_names and f not in peer_names:
+            out[f] = (None, math.inf)
+            continue
+        want = None if peer_names is None else peer_names.get(f, peer_names.get(last_name(f)))
         best, named = (None, math.inf), None
         for key in (other.state[0] if other.state else {}):
             fig = entry_figures(ref.state, other.state, f, key)
@@ -179,7 +185,7 @@ def _state_match(ref: Trajectory, other: Trajectory) -> dict:
             worst = float(fig[1].max(initial=0.0))
             if worst < best[1]:
                 best = (key, worst)
-            if named is None and _named(f, key):
+            if named is None and (last_name(key) == want if want is not None else _named(f, key)):
                 named = (key, worst)
         out[f] = named if named is not None else best
     return out
@@ -359,10 +365,14 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
     Raises: ValueError for bad arguments or a bad rule expression; UserCodeError when the implementation
       raises; PeerNotInstalled when its framework is missing.
     """
-    from refopt.crosscheck.expr import parse_rule, to_expr
+    from refopt.crosscheck.expr import parse_rule, peer_call, to_expr
 
+    peer_names = None
     if isinstance(rule, str):
-        rule = parse_rule(rule)
+        call, rule = peer_call(rule), parse_rule(rule)
+        if call is not None:
+            from refopt.conventions import peers
+            peer_names = peers()[call[0]].state_map(call[1])
     dtype = dtype_name(dtype)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
@@ -382,7 +392,7 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
         other, _ = trajectory(adapter, prob.leaves, grads, state="all")
         fig = figures(ref, other, prob.leaves)
         prel, urel = fig.params_rel, fig.update_rel
-        state = _state_match(ref, other)
+        state = _state_match(ref, other, peer_names)
         tier, first, gate = None, None, None
         for tname, tol in tiers:
             tt = tol.for_dtype(dtype, prob_name)

@@ -72,8 +72,8 @@ def trajectory(adapter, leaves0, grads_or_fn, steps: int | None = None, state=No
         x, s = adapter.step(s, x, [np.array(a, copy=True) for a in g])
         x = [np.asarray(a) for a in x]
         traj.params.append([np.array(a, copy=True) for a in x])
-        if state == "all":
-            traj.state.append(adapter.state_arrays(s))
+        if state == "all":     # the entries with one array shaped like each params leaf
+            traj.state.append({k: v for k, v in adapter.state_arrays(s).items() if _fits(v, shapes)})
         elif state:
             arrays = adapter.state_arrays(s)
             traj.state.append({name: state_entry(arrays, key, shapes) for name, key in state.items()})
@@ -86,19 +86,23 @@ def last_name(path: str) -> str:
     return names[-1] if names else ""
 
 
-def state_entry(arrays: dict, key: str, shapes) -> list:
-    """Entry ``key`` of an adapter's ``state_arrays`` holding one array shaped like each params leaf (refopt's
-    layout): the entry of that name, else the first whose path ends in it (optax's ``[0].mu`` for ``mu``).
-    Raises KeyError naming the entries there are."""
-    def fits(arrs) -> bool:
-        return len(arrs) == len(shapes) and all(a is not None and a.shape == s for a, s in zip(arrs, shapes))
+def _fits(arrs, shapes, any_shape: bool = False) -> bool:
+    return len(arrs) == len(shapes) and all(a is not None and (any_shape or a.shape == s)
+                                            for a, s in zip(arrs, shapes))
 
-    if key in arrays and fits(arrays[key]):
-        return arrays[key]
-    for name, arrs in arrays.items():
-        if last_name(name) == key and fits(arrs):
-            return arrs
-    raise KeyError(f"the state has no entry {key!r} shaped like the params (entries: {sorted(arrays)})")
+
+def state_entry(arrays: dict, key: str, shapes) -> list:
+    """Entry ``key`` of an adapter's ``state_arrays`` holding one array per params leaf (refopt's layout):
+    the entry of that name, else the first whose path ends in it (optax's ``[0].mu`` for ``mu``), preferring
+    arrays shaped like the leaves; a named entry of other shapes (NovoGrad's 0-d ``v``, a factored moment)
+    is taken when no leaf-shaped one has the name. Raises KeyError naming the entries there are."""
+    for any_shape in (False, True):
+        if key in arrays and _fits(arrays[key], shapes, any_shape):
+            return arrays[key]
+        for name, arrs in arrays.items():
+            if last_name(name) == key and _fits(arrs, shapes, any_shape):
+                return arrs
+    raise KeyError(f"the state has no entry {key!r} with one array per params leaf (entries: {sorted(arrays)})")
 
 
 def refopt_trajectory(rule, leaves0, grads_or_fn, steps: int, fields=()) -> tuple[Trajectory, list]:

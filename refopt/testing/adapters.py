@@ -186,7 +186,7 @@ class RuleAdapter(Adapter):
         for i, s in enumerate(leaf_states):
             arrays, paths, _ = T.flatten(s)
             for a, p in zip(arrays, paths):
-                if isinstance(a, np.ndarray) and a.ndim > 0:
+                if isinstance(a, np.ndarray):     # any shape: NovoGrad's 0-d v, a factored moment's rows
                     out.setdefault(p, [None] * len(leaf_states))[i] = np.array(a)
         return out
 
@@ -423,7 +423,7 @@ class OptaxAdapter(Adapter):
         flat, _ = self.jax.tree_util.tree_flatten_with_path(state)
         groups: dict[str, dict] = {}
         for path, v in flat:
-            if not path or getattr(v, "ndim", 0) == 0:
+            if not path or getattr(v, "ndim", None) is None:
                 continue
             last = path[-1]
             idx = getattr(last, "idx", None)
