@@ -263,6 +263,13 @@ class CliName:
     options: dict = field(default_factory=dict)
 
 
+#: ``PeerMapping.refuse`` entries several peers share: ``maximize=True``, a mask selecting the decayed
+#: arrays, a schedule where refopt takes a constant.
+NO_MAXIMIZE = (lambda v: not v, "refopt minimises; feed -g to maximise")
+NO_MASK = (lambda v: v is None, "give the decayed and undecayed arrays their own rules with refopt.Partition")
+CONSTANT = (lambda v: not callable(v), "refopt takes a constant here (a schedule goes on the lr)")
+
+
 # ------------------------------------------------------------------------------------------------------
 def scalar(v: float, dtype) -> Any:
     """``v`` (computed in float64) cast to the array dtype, as refopt and torch cast a step's scalars."""

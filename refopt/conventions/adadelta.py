@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
+from refopt.conventions._spec import (
+    CONSTANT, NO_MASK, NO_MAXIMIZE, CliName, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.adadelta import Adadelta
 
@@ -66,24 +67,21 @@ def _optax_match(rule):
     return dict(learning_rate=rule.lr, rho=rule.rho, eps=rule.eps, weight_decay=rule.weight_decay)
 
 
-_NOT = (lambda v: not v, "refopt minimises; feed -g")
 _LR = (lambda v: v is not None, "optax.adadelta with learning_rate=None returns +dx (no lr scaling, so no sign "
                                 "flip): optax.apply_updates then ascends; pass learning_rate=1.0 for Zeiler's "
                                 "lr-free step")
-_WD = (lambda v: not callable(v), "refopt's Adadelta takes a constant weight_decay")
-_NO_MASK = (lambda v: v is None, "refopt applies the decay to every leaf (use Partition for a mask)")
 _STATE = {"eg2": "square_avg", "edx2": "acc_delta"}
 _OSTATE = {"eg2": "e_g", "edx2": "e_x"}
 TORCH = PeerMapping("torch.optim.Adadelta", "torch", "Adadelta",
                     dict(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, maximize=False),
                     lambda lr, rho, eps, weight_decay: Adadelta(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay),
-                    "adadelta", refuse={"maximize": _NOT}, ignore=("foreach", "capturable", "differentiable"),
+                    "adadelta", refuse={"maximize": NO_MAXIMIZE}, ignore=("foreach", "capturable", "differentiable"),
                     state=_STATE, match=_torch_match)
 OPTAX = PeerMapping("optax.adadelta", "optax", "adadelta",
                     dict(learning_rate=None, rho=0.9, eps=1e-6, weight_decay=0.0, weight_decay_mask=None),
                     lambda learning_rate, rho, eps, weight_decay: Adadelta(lr=learning_rate, rho=rho, eps=eps,
                                                                            weight_decay=weight_decay),
-                    "adadelta", refuse={"learning_rate": _LR, "weight_decay": _WD, "weight_decay_mask": _NO_MASK},
+                    "adadelta", refuse={"learning_rate": _LR, "weight_decay": CONSTANT, "weight_decay_mask": NO_MASK},
                     state=_OSTATE, match=_optax_match)
 
 CONVENTIONS = Conventions(

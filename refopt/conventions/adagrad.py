@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
+from refopt.conventions._spec import (
+    NO_MAXIMIZE, CliName, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.adagrad import Adagrad
 
@@ -69,7 +70,6 @@ def _optax_match(rule):
     return dict(learning_rate=rule.lr, initial_accumulator_value=rule.initial_accumulator_value, eps=rule.eps)
 
 
-_NOT = (lambda v: not v, "refopt minimises; feed -g")
 _EPS = (lambda v: v > 0, "refopt's Adagrad needs eps > 0 (with eps = 0 a zero sum gives 0/0)")
 TORCH = PeerMapping("torch.optim.Adagrad", "torch", "Adagrad",
                     dict(lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10,
@@ -77,7 +77,7 @@ TORCH = PeerMapping("torch.optim.Adagrad", "torch", "Adagrad",
                     lambda lr, lr_decay, weight_decay, initial_accumulator_value, eps: Adagrad(
                         lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                         initial_accumulator_value=initial_accumulator_value, eps=eps),
-                    "adagrad", refuse={"maximize": _NOT, "eps": _EPS},
+                    "adagrad", refuse={"maximize": NO_MAXIMIZE, "eps": _EPS},
                     ignore=("foreach", "differentiable", "fused"), state={"sum": "sum"}, match=_torch_match)
 OPTAX = PeerMapping("optax.adagrad", "optax", "adagrad", dict(initial_accumulator_value=0.1, eps=1e-7),
                     lambda learning_rate, initial_accumulator_value, eps: Adagrad(

@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar
+from refopt.conventions._spec import (
+    NO_MASK, NO_MAXIMIZE, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.adam import Adam, AdamW
 
@@ -166,10 +167,8 @@ def facts(rule, of):
 
 
 # ---- the peers ------------------------------------------------------------------------------------------
-_NOT = (lambda v: not v, "refopt minimises; feed -g to maximise")
 _NO_ROOT = (lambda v: v == 0, "eps_root (eps inside the square root) is not a refopt convention: refopt adds eps "
                               "after the square root (E1)")
-_NO_MASK = (lambda v: v is None, "give the decayed and undecayed arrays their own rules with refopt.Partition")
 _NO_DTYPE = (lambda v: v is None, "refopt keeps the moments in the params' dtype")
 _IMPL = ("foreach", "capturable", "differentiable", "fused")
 _TORCH_STATE = {"m": "exp_avg", "v": "exp_avg_sq"}
@@ -230,16 +229,16 @@ def _optax_match(cls, nesterov, amsgrad=False):
 _TA = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
            decoupled_weight_decay=False)
 TORCH_ADAM = PeerMapping("torch.optim.Adam", "torch", "Adam", _TA, _torch_adam, "adam",
-                         refuse={"maximize": _NOT}, ignore=_IMPL, state=_torch_state, match=_torch_match(Adam))
+                         refuse={"maximize": NO_MAXIMIZE}, ignore=_IMPL, state=_torch_state, match=_torch_match(Adam))
 TORCH_ADAMW = PeerMapping("torch.optim.AdamW", "torch", "AdamW", {**{k: v for k, v in _TA.items()
                                                                     if k != "decoupled_weight_decay"},
                                                                  "weight_decay": 1e-2},
                           _torch_adamw, "adamw",
-                          refuse={"maximize": _NOT}, ignore=_IMPL, state=_torch_state, match=_torch_match(AdamW))
+                          refuse={"maximize": NO_MAXIMIZE}, ignore=_IMPL, state=_torch_state, match=_torch_match(AdamW))
 TORCH_NADAM = PeerMapping("torch.optim.NAdam", "torch", "NAdam",
                           dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3,
                                decoupled_weight_decay=False, maximize=False),
-                          _torch_nadam, "nadam", refuse={"maximize": _NOT}, ignore=_IMPL, state=_TORCH_STATE,
+                          _torch_nadam, "nadam", refuse={"maximize": NO_MAXIMIZE}, ignore=_IMPL, state=_TORCH_STATE,
                           match=_torch_nadam_match)
 
 _OA = dict(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None)
@@ -262,10 +261,10 @@ OPTAX_NADAM = PeerMapping("optax.nadam", "optax", "nadam", dict(_OA), _optax_ada
                           match=_optax_match(Adam, True))
 OPTAX_ADAMW = PeerMapping("optax.adamw", "optax", "adamw", {**_OA, "weight_decay": 1e-4, "mask": None, "nesterov": False},
                           _optax_adam(cls=AdamW), "adamw", required=("learning_rate",),
-                          refuse={**_OREF, "mask": _NO_MASK}, state=_OPTAX_STATE, match=_optax_match(AdamW, False))
+                          refuse={**_OREF, "mask": NO_MASK}, state=_OPTAX_STATE, match=_optax_match(AdamW, False))
 OPTAX_NADAMW = PeerMapping("optax.nadamw", "optax", "nadamw", {**_OA, "weight_decay": 1e-4, "mask": None},
                            _optax_adam(nesterov=True, cls=AdamW), "adamw", required=("learning_rate",),
-                           refuse={**_OREF, "mask": _NO_MASK}, state=_OPTAX_STATE, match=_optax_match(AdamW, True))
+                           refuse={**_OREF, "mask": NO_MASK}, state=_OPTAX_STATE, match=_optax_match(AdamW, True))
 OPTAX_AMSGRAD = PeerMapping("optax.amsgrad", "optax", "amsgrad", dict(_OA), _optax_adam(amsgrad=True), "amsgrad",
                             required=("learning_rate",), refuse=_OREF, state={**_OPTAX_STATE, "v_max": "nu_max"},
                             match=_optax_match(Adam, False, amsgrad=True))

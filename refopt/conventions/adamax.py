@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, \
-    scalar
+from refopt.conventions._spec import (
+    NO_MASK, NO_MAXIMIZE, CliName, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.adamax import Adamax
 
@@ -96,16 +96,15 @@ def _optax(learning_rate, b1, b2, eps, weight_decay=0.0):
 
 _STATE = {"m": "exp_avg", "u": "exp_inf"}
 _OSTATE = {"m": "mu", "u": "nu"}
-_NO_MASK = (lambda v: v is None, "refopt applies the decay to every leaf (use Partition for a mask)")
 TORCH = PeerMapping("torch.optim.Adamax", "torch", "Adamax",
                     dict(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, maximize=False), _torch, "adamax",
-                    refuse={"maximize": (lambda v: not v, "refopt minimises; feed -g")},
+                    refuse={"maximize": NO_MAXIMIZE},
                     ignore=("foreach", "differentiable", "capturable"), state=_STATE, match=_torch_match)
 OPTAX = PeerMapping("optax.adamax", "optax", "adamax", dict(b1=0.9, b2=0.999, eps=1e-8), _optax, "adamax",
                     required=("learning_rate",), state=_OSTATE, match=_optax_match(False))
 OPTAX_W = PeerMapping("optax.adamaxw", "optax", "adamaxw", dict(b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4,
                                                                 mask=None),
-                      _optax, "adamax", required=("learning_rate",), refuse={"mask": _NO_MASK}, state=_OSTATE,
+                      _optax, "adamax", required=("learning_rate",), refuse={"mask": NO_MASK}, state=_OSTATE,
                       match=_optax_match(True))
 
 CONVENTIONS = Conventions(

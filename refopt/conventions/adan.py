@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar
+from refopt.conventions._spec import (
+    CONSTANT, NO_MASK, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.adam import Adam
 from refopt.rules.adan import Adan
@@ -59,14 +60,12 @@ def _match(rule):
                 eps_root=rule.eps_root, weight_decay=rule.weight_decay)
 
 
-_NO_MASK = (lambda v: v is None, "refopt applies the decay to every leaf (use Partition for a mask)")
-_WD = (lambda v: not callable(v), "refopt's Adan takes a constant weight_decay")
 OPTAX = PeerMapping("optax.adan", "optax", "adan",
                     dict(b1=0.98, b2=0.92, b3=0.99, eps=1e-8, eps_root=1e-8, weight_decay=0.0, mask=None),
                     lambda learning_rate, b1, b2, b3, eps, eps_root, weight_decay: Adan(
                         lr=learning_rate, beta1=b1, beta2=b2, beta3=b3, eps=eps, eps_root=eps_root,
                         weight_decay=weight_decay),
-                    "adan", required=("learning_rate",), refuse={"mask": _NO_MASK, "weight_decay": _WD},
+                    "adan", required=("learning_rate",), refuse={"mask": NO_MASK, "weight_decay": CONSTANT},
                     state={"m": "m", "v": "v", "n": "n", "prev": "g"}, match=_match)
 
 CONVENTIONS = Conventions(

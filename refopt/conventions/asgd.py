@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, counted, scalar
+from refopt.conventions._spec import NO_MAXIMIZE, Conventions, Example, Oracle, PeerMapping, Preset, counted, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.asgd import ASGD
 
@@ -54,7 +54,7 @@ TORCH = PeerMapping("torch.optim.ASGD", "torch", "ASGD",
                     dict(lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, maximize=False),
                     lambda lr, lambd, alpha, t0, weight_decay: ASGD(lr=lr, lambd=lambd, alpha=alpha, t0=t0,
                                                                     weight_decay=weight_decay),
-                    "asgd", refuse={"maximize": (lambda v: not v, "refopt minimises; feed -g")},
+                    "asgd", refuse={"maximize": NO_MAXIMIZE},
                     ignore=("foreach", "capturable", "differentiable"), state={"ax": "ax"}, match=_match)
 
 CONVENTIONS = Conventions(

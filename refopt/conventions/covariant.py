@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, gamma, norm64, scalar
+from refopt.conventions._spec import NO_MASK, Conventions, Example, Oracle, PeerMapping, Preset, gamma, norm64, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.adam import Adam
 from refopt.rules.covariant import Covariant
@@ -110,7 +110,6 @@ def _lars_match(rule):
     return dict(learning_rate=rule.lr, weight_decay=b.weight_decay, trust_coefficient=1.0, momentum=0.0)
 
 
-_NO_MASK = (lambda v: v is None, "give the arrays their own rules with refopt.Partition")
 LAMB = PeerMapping("optax.lamb", "optax", "lamb", dict(b1=0.9, b2=0.999, eps=1e-6, eps_root=0.0, weight_decay=0.0,
                                                        mask=None),
                    lambda learning_rate, b1, b2, eps: Covariant(Adam(beta1=b1, beta2=b2, eps=eps), lr=learning_rate),
@@ -118,7 +117,7 @@ LAMB = PeerMapping("optax.lamb", "optax", "lamb", dict(b1=0.9, b2=0.999, eps=1e-
                    refuse={"weight_decay": (lambda v: v == 0, "optax.lamb adds the decay to Adam's direction before "
                                             "the trust ratio, which refopt's Covariant(Adam) does not"),
                            "eps_root": (lambda v: v == 0, "refopt adds eps after the square root (E1)"),
-                           "mask": _NO_MASK},
+                           "mask": NO_MASK},
                    state={"base.m": "mu", "base.v": "nu"}, match=_lamb_match)
 LARS = PeerMapping("optax.lars", "optax", "lars", dict(weight_decay=0.0, trust_coefficient=1e-3, eps=0.0,
                                                        momentum=0.9, nesterov=False, weight_decay_mask=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, gamma, scalar
+from refopt.conventions._spec import NO_MASK, CliName, Conventions, Example, Oracle, PeerMapping, gamma, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.lion import Lion
 
@@ -62,12 +62,11 @@ def _optax_match(rule):
     return dict(learning_rate=rule.lr, b1=rule.beta1, b2=rule.beta2, weight_decay=rule.weight_decay)
 
 
-_NO_MASK = (lambda v: v is None, "give the decayed and undecayed arrays their own rules with refopt.Partition")
 OPTAX = PeerMapping("optax.lion", "optax", "lion", dict(b1=0.9, b2=0.99, mu_dtype=None, weight_decay=1e-3, mask=None),
                     lambda learning_rate, b1, b2, weight_decay: Lion(lr=learning_rate, beta1=b1, beta2=b2,
                                                                      weight_decay=weight_decay),
                     "lion", required=("learning_rate",),
-                    refuse={"mu_dtype": (lambda v: v is None, "refopt keeps m in the params' dtype"), "mask": _NO_MASK},
+                    refuse={"mu_dtype": (lambda v: v is None, "refopt keeps m in the params' dtype"), "mask": NO_MASK},
                     state={"m": "mu"}, match=_optax_match)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
+from refopt.conventions._spec import CONSTANT, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.adam import Adam
 from refopt.rules.novograd import NovoGrad
@@ -54,12 +54,11 @@ def _match(rule):
                 weight_decay=rule.weight_decay)
 
 
-_WD = (lambda v: not callable(v), "refopt's NovoGrad takes a constant weight_decay")
 OPTAX = PeerMapping("optax.novograd", "optax", "novograd",
                     dict(b1=0.9, b2=0.25, eps=1e-6, eps_root=0.0, weight_decay=0.0),
                     lambda learning_rate, b1, b2, eps, eps_root, weight_decay: NovoGrad(
                         lr=learning_rate, beta1=b1, beta2=b2, eps=eps, eps_root=eps_root, weight_decay=weight_decay),
-                    "novograd", required=("learning_rate",), refuse={"weight_decay": _WD},
+                    "novograd", required=("learning_rate",), refuse={"weight_decay": CONSTANT},
                     state={"m": "mu", "v": "nu"}, match=_match)
 
 CONVENTIONS = Conventions(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
+from refopt.conventions._spec import CONSTANT, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.optimistic import OptimisticGradientDescent
 from refopt.rules.sgd import SGD
@@ -44,12 +44,11 @@ def _match(rule):
     return dict(learning_rate=rule.lr, alpha=rule.alpha, beta=rule.beta)
 
 
-_CONST = (lambda v: not callable(v), "refopt takes constant alpha and beta (a schedule goes on the lr)")
 OPTAX = PeerMapping("optax.optimistic_gradient_descent", "optax", "optimistic_gradient_descent",
                     dict(alpha=1.0, beta=1.0),
                     lambda learning_rate, alpha, beta: OptimisticGradientDescent(lr=learning_rate, alpha=alpha,
                                                                                  beta=beta),
-                    "optimistic", required=("learning_rate",), refuse={"alpha": _CONST, "beta": _CONST},
+                    "optimistic", required=("learning_rate",), refuse={"alpha": CONSTANT, "beta": CONSTANT},
                     state={"prev": "previous_gradient"}, match=_match)
 
 CONVENTIONS = Conventions(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, \
-    scalar
+from refopt.conventions._spec import (
+    NO_MAXIMIZE, CliName, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.radam import RAdam, rectification, sma_length
 
@@ -101,7 +101,7 @@ _OSTATE = {"m": "mu", "v": "nu"}
 TORCH = PeerMapping("torch.optim.RAdam", "torch", "RAdam",
                     dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False,
                          maximize=False),
-                    _torch, "radam", refuse={"maximize": (lambda v: not v, "refopt minimises; feed -g")},
+                    _torch, "radam", refuse={"maximize": NO_MAXIMIZE},
                     ignore=("foreach", "capturable", "differentiable"), state=_STATE, match=_torch_match)
 OPTAX = PeerMapping("optax.radam", "optax", "radam",
                     dict(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, threshold=5.0, nesterov=False),

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
+from refopt.conventions._spec import (
+    NO_MAXIMIZE, CliName, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.rmsprop import RMSprop
 
@@ -95,7 +96,7 @@ def _optax(learning_rate, decay, eps, initial_scale, eps_in_sqrt, centered, mome
 
 TORCH = PeerMapping("torch.optim.RMSprop", "torch", "RMSprop",
                     dict(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False),
-                    RMSprop, "rmsprop", refuse={"maximize": (lambda v: not v, "refopt minimises; feed -g")},
+                    RMSprop, "rmsprop", refuse={"maximize": NO_MAXIMIZE},
                     ignore=("foreach", "capturable", "differentiable"), state=_state, match=_match)
 OPTAX = PeerMapping("optax.rmsprop", "optax", "rmsprop",
                     dict(decay=0.9, eps=1e-8, initial_scale=0.0, eps_in_sqrt=True, centered=False, momentum=None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CliName, Conventions, Example, Oracle, PeerMapping, Preset, scalar
+from refopt.conventions._spec import NO_MAXIMIZE, CliName, Conventions, Example, Oracle, PeerMapping, Preset, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.rprop import Rprop
 
@@ -78,7 +78,7 @@ _STATE = {"prev": "prev", "step_size": "step_size"}
 _OSTATE = {"step_size": "step_sizes"}     # optax keeps step * sign(g') in place of g': compared via the params
 TORCH = PeerMapping("torch.optim.Rprop", "torch", "Rprop",
                     dict(lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50.0), maximize=False), _torch, "rprop",
-                    refuse={"maximize": (lambda v: not v, "refopt minimises; feed -g")},
+                    refuse={"maximize": NO_MAXIMIZE},
                     ignore=("foreach", "capturable", "differentiable"), state=_STATE, match=_torch_match)
 OPTAX = PeerMapping("optax.rprop", "optax", "rprop",
                     dict(eta_minus=0.5, eta_plus=1.2, min_step_size=1e-6, max_step_size=50.0), _optax, "rprop",

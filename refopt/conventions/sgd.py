@@ -2,7 +2,8 @@
 L2 decay inside g (CONVENTIONS.md 1.1, 2.2)."""
 from __future__ import annotations
 
-from refopt.conventions._spec import OPTAX_F32_WARMUP, Conventions, Example, Oracle, PeerMapping, gamma, scalar
+from refopt.conventions._spec import (
+    NO_MAXIMIZE, OPTAX_F32_WARMUP, Conventions, Example, Oracle, PeerMapping, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.sgd import SGD
 
@@ -114,11 +115,10 @@ def _optax_match(rule):
     return dict(learning_rate=rule.lr, momentum=rule.momentum or None, nesterov=rule.nesterov)
 
 
-_NOT = (lambda v: not v, "refopt minimises; feed -g to maximise")
 TORCH = PeerMapping(
     "torch.optim.SGD", "torch", "SGD", dict(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
                                             maximize=False),
-    _torch_sgd, "sgd", refuse={"maximize": _NOT}, ignore=("foreach", "differentiable", "fused"),
+    _torch_sgd, "sgd", refuse={"maximize": NO_MAXIMIZE}, ignore=("foreach", "differentiable", "fused"),
     state=lambda a: {"b": "momentum_buffer"} if a["momentum"] else {}, match=_torch_match)
 OPTAX = PeerMapping(
     "optax.sgd", "optax", "sgd", dict(momentum=None, nesterov=False),

@@ -67,6 +67,16 @@ def _moments(x, g, s, i, c):
 
 
 @numba.njit
+def m_hat(m, g, c):
+    """The bias-corrected first moment m_t / (1 - beta1^t), or with ``c.nesterov`` optax's look-ahead
+    beta1 m_t / (1 - beta1^(t+1)) + (1 - beta1) g_t / (1 - beta1^t) in optax's order of operations (RAdam,
+    AdaBelief: ``c`` has beta1, omb1, bc1, bc1_next, nesterov)."""
+    if c.nesterov:
+        return c.beta1 * (m / c.bc1_next) + c.omb1 * (g / c.bc1)
+    return m / c.bc1
+
+
+@numba.njit
 def _adam(x, g, s, i, c):
     g, m, v = _moments(x, g, s, i, c)
     return m / (np.sqrt(v) / c.sqrt_bc2 + c.eps)

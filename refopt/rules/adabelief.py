@@ -10,6 +10,7 @@ import numpy as np
 
 from refopt.kernels import Elementwise
 from refopt.rules import _checks
+from refopt.rules._adam_step import m_hat
 from refopt.rules.base import ElementwiseRule, lr_at
 
 
@@ -44,11 +45,7 @@ def _adabelief(x, g, s, i, c):
     v = c.beta2 * s.s[i] + c.omb2 * (d * d) + c.eps_root
     s.m[i] = m
     s.s[i] = v
-    if c.nesterov:
-        m_hat = c.beta1 * (m / c.bc1_next) + c.omb1 * (g / c.bc1)
-    else:
-        m_hat = m / c.bc1
-    return m_hat / (np.sqrt(v / c.bc2) + c.eps)
+    return m_hat(m, g, c) / (np.sqrt(v / c.bc2) + c.eps)
 
 
 _ADABELIEF = Elementwise(_adabelief, "adabelief")

@@ -13,6 +13,7 @@ import numpy as np
 
 from refopt.kernels import Elementwise
 from refopt.rules import _checks
+from refopt.rules._adam_step import _moments, m_hat
 from refopt.rules.base import ElementwiseRule, lr_at
 
 
@@ -47,21 +48,13 @@ class RAdamContext(NamedTuple):
 
 @numba.njit
 def _radam(x, g, s, i, c):
-    if c.l2 != 0:
-        g = g + c.l2 * x
-    m = c.beta1 * s.m[i] + c.omb1 * g
-    v = c.beta2 * s.v[i] + c.omb2 * (g * g)
-    s.m[i] = m
-    s.v[i] = v
-    if c.nesterov:
-        m_hat = c.beta1 * (m / c.bc1_next) + c.omb1 * (g / c.bc1)
-    else:
-        m_hat = m / c.bc1
+    g, m, v = _moments(x, g, s, i, c)
+    mh = m_hat(m, g, c)
     if not c.adaptive:
-        return m_hat
+        return mh
     if c.corrected:
-        return c.rect * m_hat / (np.sqrt(v / c.bc2 + c.eps_root) + c.eps)
-    return m_hat * (c.sqrt_bc2 / (np.sqrt(v + c.eps_root) + c.eps)) * c.rect
+        return c.rect * mh / (np.sqrt(v / c.bc2 + c.eps_root) + c.eps)
+    return mh * (c.sqrt_bc2 / (np.sqrt(v + c.eps_root) + c.eps)) * c.rect
 
 
 _RADAM = Elementwise(_radam, "radam")
