@@ -64,6 +64,10 @@ RULES = [
     refopt.Adan(lr=0.01, eps=1e-12, eps_root=0.0),
     refopt.ASGD(lr=0.01, lambd=0.1, t0=0.0),
     refopt.NovoGrad(lr=0.01, eps=1e-12),
+    refopt.LARS(lr=0.1, momentum=0.9, trust_coefficient=0.02),
+    refopt.LARS(lr=0.1, weight_decay=0.01, eps=1e-3, nesterov=True),   # decay and eps: not scale invariant
+    refopt.LAMB(lr=0.01, eps=1e-12),
+    refopt.LAMB(lr=0.01, weight_decay=0.05),
 ]
 CHEAP = ["gradient_scale_invariance", "parameter_scale_covariance", "orthogonal_equivariance",
          "permutation_equivariance", "reparametrization_covariance", "mup_step_size"]

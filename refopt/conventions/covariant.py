@@ -1,16 +1,18 @@
-"""Covariant (refopt/rules/covariant.py, post 000 eq. (elr-u)) to optax.lamb(weight_decay=0) (Covariant(Adam))
-and optax.lars(momentum=0, trust_coefficient=1) (Covariant(SGD)); known gap: optax's trust ratio is 1 at a
-zero norm where refopt makes no step (PITFALLS B11)."""
+"""Covariant (refopt/rules/covariant.py, post 000 eq. (elr-u)) against optax.lamb(weight_decay=0)
+(Covariant(Adam)) and optax.lars(momentum=0, trust_coefficient=1) (Covariant(SGD)), which refopt's LAMB and
+LARS reproduce exactly (refopt/conventions/trust_ratio.py); known gap: optax's trust ratio is 1 at a zero
+norm where Covariant makes no step (PITFALLS B11)."""
 from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import NO_MASK, Conventions, Example, Oracle, PeerMapping, Preset, gamma, norm64, scalar
+from refopt.conventions._spec import Conventions, Example, Oracle, Preset, gamma, norm64, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.adam import Adam
 from refopt.rules.covariant import Covariant
 from refopt.rules.muon import Muon
 from refopt.rules.sgd import SGD
+from refopt.conventions.trust_ratio import LAMB_OPTAX, LARS_OPTAX
 
 
 def _norm(rule, a) -> float:
@@ -94,45 +96,9 @@ def facts(rule, of):
             "covariant": norm_ok, "exact_scale_free": b["exact_scale_free"]}
 
 
-def _lamb_match(rule):
-    b = rule.base
-    if rule.norm not in ("fro", "rms") or rule.schedule is not None or type(b) is not Adam or b.weight_decay != 0 \
-            or b.nesterov or b.amsgrad or b.schedule is not None:
-        return None
-    return dict(learning_rate=rule.lr, b1=b.beta1, b2=b.beta2, eps=b.eps, weight_decay=0.0)
-
-
-def _lars_match(rule):
-    b = rule.base
-    if rule.norm not in ("fro", "rms") or rule.schedule is not None or type(b) is not SGD or b.momentum != 0 \
-            or b.schedule is not None:
-        return None
-    return dict(learning_rate=rule.lr, weight_decay=b.weight_decay, trust_coefficient=1.0, momentum=0.0)
-
-
-LAMB = PeerMapping("optax.lamb", "optax", "lamb", dict(b1=0.9, b2=0.999, eps=1e-6, eps_root=0.0, weight_decay=0.0,
-                                                       mask=None),
-                   lambda learning_rate, b1, b2, eps: Covariant(Adam(beta1=b1, beta2=b2, eps=eps), lr=learning_rate),
-                   "covariant", required=("learning_rate",),
-                   refuse={"weight_decay": (lambda v: v == 0, "optax.lamb adds the decay to Adam's direction before "
-                                            "the trust ratio, which refopt's Covariant(Adam) does not"),
-                           "eps_root": (lambda v: v == 0, "refopt adds eps after the square root (E1)"),
-                           "mask": NO_MASK},
-                   state={"base.m": "mu", "base.v": "nu"}, match=_lamb_match)
-LARS = PeerMapping("optax.lars", "optax", "lars", dict(weight_decay=0.0, trust_coefficient=1e-3, eps=0.0,
-                                                       momentum=0.9, nesterov=False, weight_decay_mask=True,
-                                                       trust_ratio_mask=True),
-                   lambda learning_rate, weight_decay: Covariant(SGD(weight_decay=weight_decay), lr=learning_rate),
-                   "covariant", required=("learning_rate",),
-                   refuse={"momentum": (lambda v: v == 0, "optax.lars applies momentum to the trust-ratio-scaled "
-                                        "steps; Covariant normalises the momentum direction (pass momentum=0)"),
-                           "trust_coefficient": (lambda v: v == 1, "refopt's Covariant has no trust coefficient "
-                                                 "(pass trust_coefficient=1)"),
-                           "eps": (lambda v: v == 0, "refopt's Covariant has no eps in the trust ratio"),
-                           "nesterov": (lambda v: not v, "no momentum, so no Nesterov"),
-                           "weight_decay_mask": (lambda v: v is True, "use refopt.Partition"),
-                           "trust_ratio_mask": (lambda v: v is True, "use refopt.Partition")},
-                   match=_lars_match)
+# optax.lamb / optax.lars are reproduced exactly by refopt's LAMB and LARS (refopt/conventions/trust_ratio.py);
+# the rows below check where Covariant, the ELR form, agrees with them.
+LAMB, LARS = LAMB_OPTAX, LARS_OPTAX
 
 _ZERO_WHY = ("the MLP and GPT have zero-initialised biases: at a zero norm optax's trust ratio is 1 (step -lr*u) "
              "while refopt's Covariant makes no step (the known gap, preset 'optax.lamb/lars at a zero norm')")
@@ -179,19 +145,22 @@ CONVENTIONS = Conventions(
     rules=(Covariant,),
     final="the trust ratio ||x||/||u|| (the norm, its zero case) or the base's direction",
     per_step="the trust ratio ||x||/||u||",
-    mappings=(LAMB, LARS),
-    no_peer={"torch": "torch.optim 2.13 has no LAMB or LARS", "schedulefree": "schedulefree has no trust ratio"},
+    no_peer={"torch": "torch.optim 2.13 has no LAMB or LARS", "schedulefree": "schedulefree has no trust ratio",
+             "optax": "optax's trust-ratio rules are refopt's LAMB and LARS (like('optax.lamb'), like('optax.lars')); "
+                      "Covariant equals them on non-zero arrays without decay or momentum (the rows below)"},
     presets=(
         LAMB.preset("optax.lamb(weight_decay=0)", dict(learning_rate=1e-2, weight_decay=0.0),
                     "LAMB = scale_by_adam (eps 1e-6, optax.lamb's default) then the trust ratio ||x||/||u|| then -lr: "
                     "refopt Covariant(Adam) (post 000, eq. elr-u). Known gap at a zero norm: optax's ratio is 1 "
                     "(step -lr*u), refopt makes no step; the problems have no zero arrays",
-                    problems=("stream", "quadratic"), problems_why=_ZERO_WHY),
+                    problems=("stream", "quadratic"), problems_why=_ZERO_WHY, family="covariant",
+                    make_rule=lambda: Covariant(Adam(eps=1e-6), lr=1e-2), state={"base.m": "mu", "base.v": "nu"}),
         LARS.preset("optax.lars(momentum=0,trust_coefficient=1)", dict(learning_rate=1e-2, momentum=0.0,
                                                                         trust_coefficient=1.0, weight_decay=1e-3),
                     "LARS without momentum: g + wd*x (L2, as SGD's), trust ratio ||x||/||g + wd x||, -lr: refopt "
                     "Covariant(SGD) (eq. elr-g); same zero-norm gap as LAMB", problems=("stream", "quadratic"),
-                    problems_why=_ZERO_WHY),
+                    problems_why=_ZERO_WHY, family="covariant",
+                    make_rule=lambda: Covariant(SGD(weight_decay=1e-3), lr=1e-2)),
     ),
     wrong=(Preset("WRONG momentum order: optax.lars(momentum=0.9) vs refopt Covariant(SGD(momentum=0.9))", "optax",
                   "covariant", ("lars", dict(learning_rate=1e-2, momentum=0.9, trust_coefficient=1.0)),
