@@ -86,7 +86,9 @@ def last_name(path: str) -> str:
     return names[-1] if names else ""
 
 
-def _fits(arrs, shapes, any_shape: bool = False) -> bool:
+def _fits(arrs, shapes, any_shape: bool = False, partial: bool = False) -> bool:
+    if partial:      # an array for some leaves only (torch's Adafactor: row_var for matrices, variance for vectors)
+        return len(arrs) == len(shapes) and any(a is not None for a in arrs)
     return len(arrs) == len(shapes) and all(a is not None and (any_shape or a.shape == s)
                                             for a, s in zip(arrs, shapes))
 
@@ -95,12 +97,14 @@ def state_entry(arrays: dict, key: str, shapes) -> list:
     """Entry ``key`` of an adapter's ``state_arrays`` holding one array per params leaf (refopt's layout):
     the entry of that name, else the first whose path ends in it (optax's ``[0].mu`` for ``mu``), preferring
     arrays shaped like the leaves; a named entry of other shapes (NovoGrad's 0-d ``v``, a factored moment)
-    is taken when no leaf-shaped one has the name. Raises KeyError naming the entries there are."""
-    for any_shape in (False, True):
-        if key in arrays and _fits(arrays[key], shapes, any_shape):
+    is taken when no leaf-shaped one has the name, and, last, one with arrays for some leaves only (None for
+    the others: torch's Adafactor keeps ``row_var`` for its matrices only). Raises KeyError naming the
+    entries there are."""
+    for any_shape, partial in ((False, False), (True, False), (True, True)):
+        if key in arrays and _fits(arrays[key], shapes, any_shape, partial):
             return arrays[key]
         for name, arrs in arrays.items():
-            if last_name(name) == key and _fits(arrs, shapes, any_shape):
+            if last_name(name) == key and _fits(arrs, shapes, any_shape, partial):
                 return arrs
     raise KeyError(f"the state has no entry {key!r} with one array per params leaf (entries: {sorted(arrays)})")
 
@@ -141,8 +145,9 @@ def leaf_diff(a, b) -> tuple[float, float]:
 
 def entry_figures(ref_states: list, other_states: list, name: str, key: str):
     """(abs, rel), arrays of shape (steps, leaves), of the other side's state entry ``key`` against the
-    reference's entry ``name`` (:func:`leaf_diff`; 0 where the reference has no array for a leaf), or None
-    when they cannot be compared (an entry missing, another number of leaves, another shape)."""
+    reference's entry ``name`` (:func:`leaf_diff`; 0 where the reference has no array for a leaf, None or an
+    empty one: Adafactor's unused factors, whatever the other side keeps there), or None when they cannot be
+    compared (an entry missing, another number of leaves, another shape)."""
     n = min(len(ref_states), len(other_states))
     if not n:
         return None
@@ -153,7 +158,7 @@ def entry_figures(ref_states: list, other_states: list, name: str, key: str):
         if ra is None or oa is None or len(ra) != len(oa) or len(ra) != k:
             return None
         for i, (a, b) in enumerate(zip(oa, ra)):
-            if b is None:
+            if b is None or np.size(b) == 0:
                 continue
             if a is None or np.shape(a) != np.shape(b):
                 return None

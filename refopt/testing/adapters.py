@@ -326,8 +326,12 @@ class TorchAdapter(Adapter):
         n = len(state.params)
         for i, p in enumerate(state.params):
             for k, v in state.opt.state.get(p, {}).items():
-                if isinstance(v, self.torch.Tensor) and tuple(v.shape) == tuple(p.shape) and v.ndim > 0:
-                    out.setdefault(str(k), [None] * n)[i] = from_layout(v.detach().numpy(), self.layout)
+                if isinstance(v, self.torch.Tensor) and v.ndim > 0:
+                    # any shape (Adafactor's row_var / col_var); an array with the param's ndim (the param's
+                    # shape, or a keepdims reduction of it) is moved to refopt's layout like the param
+                    a = v.detach().numpy()
+                    out.setdefault(str(k), [None] * n)[i] = from_layout(a, self.layout) if v.ndim == p.ndim \
+                        else np.array(a, copy=True)
         return out
 
     def checkpoint(self, state):
