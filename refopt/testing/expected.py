@@ -18,7 +18,8 @@ not stated). The reasons, property by property (see :mod:`refopt.testing.propert
   M g_t/N_t for every c, eps = 0), and no drawn example separates the two.
 * parameter_scale_covariance and reparametrization_covariance (post 000, eq. phi): Covariant and
   Hyperball (radius None) of a gradient-scale-invariant base or of SGD without L2, and Adafactor with its
-  parameter scale (step max(eps2, RMS(x)) times a degree-0 function of g; up to the eps2 floor); nothing else (SGD:
+  parameter scale (step max(eps2, RMS(x)) times a degree-0 function of g; up to the eps2 floor), LARS and
+  LAMB without decay (the trust ratio ||x||/||u||; LARS also without eps); nothing else (SGD:
   lr c^-2; Adam, Muon: the step does not scale with w). Reparametrization runs a closed loop whose
   gradients approach 0, so with an Adam base (LAMB) it holds only as eps -> 0: not stated (None).
 * orthogonal_equivariance: rules built from linear maps of g and x and orthogonally invariant norms:
