@@ -154,3 +154,28 @@ def test_float32_stays_float32():
     x = {"w": np.ones((2, 3), np.float32)}
     x1, s = refopt.update(rule, refopt.init(rule, x), x, {"w": np.full((2, 3), 0.5, np.float32)})
     assert x1["w"].dtype == np.float32 and s.leaves["w"].m.dtype == np.float32
+
+
+def test_fromage_from_the_algorithm_and_its_norm_preservation():
+    """Bernstein et al. (2020), Algorithm 1: x_t = (x - lr ||x||/||g|| g)/sqrt(1 + lr^2); for g orthogonal to
+    x the norm is kept exactly (closed form); negative control: without the shrink it grows by sqrt(1 + lr^2)."""
+    rng = np.random.default_rng(3)
+    x0 = rng.standard_normal((4, 5))
+    gs = [rng.standard_normal((4, 5)) for _ in range(6)]
+    lr, n0 = 0.3, 0.5
+    rule = refopt.Fromage(lr=lr, min_norm=n0)
+    x, s = {"w": x0}, refopt.init(rule, {"w": x0})
+    want = x0.copy()
+    for g in gs:
+        x, s = refopt.update(rule, s, x, {"w": g})
+        want = (want - lr * max(_norm(want), n0) / max(_norm(g), n0) * g) / np.sqrt(1 + lr * lr)
+    np.testing.assert_allclose(x["w"], want, rtol=1e-14)
+    g = rng.standard_normal((4, 5))
+    g -= np.sum(g * x0) / np.sum(x0 * x0) * x0                                   # g orthogonal to x
+    x1, _ = refopt.update(refopt.Fromage(lr=lr, min_norm=0.0), refopt.init(rule, {"w": x0}), {"w": x0}, {"w": g})
+    assert abs(_norm(x1["w"]) / _norm(x0) - 1) < 1e-14
+    no_shrink = x0 - lr * _norm(x0) / _norm(g) * g
+    assert abs(_norm(no_shrink) / _norm(x0) - np.sqrt(1 + lr * lr)) < 1e-14      # the wrong variant grows
+    with pytest.raises(ValueError):
+        refopt.Fromage(min_norm=-1.0)
+    assert refopt.like("optax.fromage", learning_rate=0.3) == refopt.Fromage(lr=0.3, min_norm=1e-6)

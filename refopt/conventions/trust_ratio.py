@@ -1,6 +1,6 @@
-"""LARS and LAMB (refopt/rules/trust_ratio.py) to optax.lars and optax.lamb: the direction, its trust ratio
-||x||/||u|| (1 at a zero norm) and, for LARS, the momentum of the ratio-scaled steps. torch.optim 2.13 ships
-neither. refopt's Covariant (post 000, eq. elr-u) is the same ratio around a base direction: its rows for
+"""LARS, LAMB and Fromage (refopt/rules/trust_ratio.py) to optax.lars, optax.lamb and optax.fromage: the
+direction, its trust ratio ||x||/||u|| (1 at a zero norm), for LARS the momentum of the ratio-scaled steps,
+for Fromage the shrink 1/sqrt(1 + lr^2). torch.optim 2.13 ships none of them. refopt's Covariant (post 000, eq. elr-u) is the same ratio around a base direction: its rows for
 optax.lamb/lars and the atlas entries ``trust-ratio-zero-norm`` and ``lars-momentum-order`` say where the two
 agree."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from refopt.conventions._spec import CONSTANT, Conventions, Example, Oracle, Pee
 from refopt.golden import GoldenCase
 from refopt.rules.covariant import Covariant
 from refopt.rules.sgd import SGD
-from refopt.rules.trust_ratio import LAMB, LARS
+from refopt.rules.trust_ratio import LAMB, LARS, Fromage
 
 
 class TrustRatioOracle(Oracle):
@@ -23,6 +23,8 @@ class TrustRatioOracle(Oracle):
     'before_ratio' | 'after_ratio' (wd x added after the ratio, AdamW-like), ``counter`` {'bc1' | 'bc2': ...}."""
 
     def init_leaf(self, x, path):
+        if isinstance(self.rule, Fromage):
+            return {}
         if isinstance(self.rule, LARS):
             return {"b": np.zeros_like(x)}
         return {"m": np.zeros_like(x), "v": np.zeros_like(x)}
@@ -36,6 +38,14 @@ class TrustRatioOracle(Oracle):
     def step_leaf(self, t, s, x, g, path):
         r, d, sw = self.rule, x.dtype, self.switches
         lr = r.lr * gamma(r.schedule, t)
+        if isinstance(r, Fromage):
+            n0 = r.min_norm
+            nx, ng = max(norm64(x), n0), max(norm64(g), n0)
+            a = 1.0 if nx == 0 or ng == 0 else nx / ng
+            if sw.get("zero", "one") == "none" and (nx == 0 or ng == 0):
+                a = 0.0
+            shrink = 1.0 if sw.get("fromage") == "no_shrink" else 1.0 / np.sqrt(1.0 + lr * lr)
+            return scalar(shrink, d) * (x - scalar(lr * a, d) * g)
         if isinstance(r, LARS):
             u = g + scalar(r.weight_decay, d) * x
             den = norm64(g) + r.weight_decay * norm64(x) if sw.get("ratio") == "paper" else None
@@ -65,7 +75,10 @@ def variants(rule):
     from refopt.conventions._variants import oracle_variant as v
     out = [v(rule, "no step at a zero norm", "ratio 0 (Covariant's, PITFALLS B11) where optax's is 1 when ||x|| "
              "or ||u|| is 0", zero="none")]
-    if isinstance(rule, LARS):
+    if isinstance(rule, Fromage):
+        out.append(v(rule, "no 1/sqrt(1 + lr^2)", "x - lr r g without the shrink that keeps ||x|| from growing",
+                     fromage="no_shrink"))
+    elif isinstance(rule, LARS):
         out += [v(rule, "the paper's ratio", "eta ||x|| / (||g|| + wd ||x||) (You et al. 2017) in place of "
                   "eta ||x|| / (||g + wd x|| + eps)", ratio="paper"),
                 v(rule, "the ratio of the momentum", "b = mu b + u, x -= lr r(b) b (Covariant(SGD(momentum))) in "
@@ -82,6 +95,9 @@ def facts(rule, of):
     LAMB's Adam direction has degree 0 in g (eps -> 0), taken per entry, and its wd x involves no g. The step
     is ||x|| times a g-scale-free direction: covariant (post 000, eq. phi) when the decay is 0 (wd x does
     not scale with x the way the ratio does)."""
+    if isinstance(rule, Fromage):
+        free = rule.min_norm == 0        # the floor breaks both scalings below it
+        return {"grad_scale": free, "orthogonal": True, "elementwise": True, "covariant": free}
     if isinstance(rule, LARS):
         free = rule.weight_decay == 0 and rule.eps == 0
         return {"grad_scale": free, "orthogonal": True, "elementwise": True, "covariant": free,
@@ -102,6 +118,16 @@ def _lamb_match(rule):
     return dict(learning_rate=rule.lr, b1=rule.beta1, b2=rule.beta2, eps=rule.eps, eps_root=rule.eps_root,
                 weight_decay=rule.weight_decay)
 
+
+def _fromage_match(rule):
+    if type(rule) is not Fromage or rule.schedule is not None:
+        return None
+    return dict(learning_rate=rule.lr, min_norm=rule.min_norm)
+
+
+FROMAGE_OPTAX = PeerMapping("optax.fromage", "optax", "fromage", dict(min_norm=1e-6),
+                            lambda learning_rate, min_norm: Fromage(lr=learning_rate, min_norm=min_norm), "fromage",
+                            required=("learning_rate",), refuse={"learning_rate": CONSTANT}, match=_fromage_match)
 
 _MASK = (lambda v: v is True, "give the excluded arrays their own rule with refopt.Partition (e.g. "
          "LARS(weight_decay=0) or SGD(momentum=...))")
@@ -151,15 +177,15 @@ def atlas_lars_momentum():
 
 
 CONVENTIONS = Conventions(
-    rules=(LARS, LAMB),
+    rules=(LARS, LAMB, Fromage),
     final="the trust ratio ||x||/(||u|| + eps) of the direction (its zero-norm case, its denominator), the "
           "decay's place (before the ratio), or, for LARS, the momentum of the ratio-scaled steps",
     per_step="the trust ratio ||x||/||u|| (LAMB: and the bias corrections 1 - beta1^t, 1 - beta2^t)",
-    counters=lambda rule: (() if isinstance(rule, LARS) else
+    counters=lambda rule: (() if not isinstance(rule, LAMB) else
                            (("bc1", "the bias correction of m (1 - beta1^t)"),
                             ("bc2", "the bias correction of v (1 - beta2^t)"))),
-    mappings=(LARS_OPTAX, LAMB_OPTAX),
-    no_peer={"torch": "torch.optim 2.13 has no LAMB or LARS", "schedulefree": "schedulefree has no trust ratio"},
+    mappings=(LARS_OPTAX, LAMB_OPTAX, FROMAGE_OPTAX),
+    no_peer={"torch": "torch.optim 2.13 has no LAMB, LARS or Fromage", "schedulefree": "schedulefree has no trust ratio"},
     presets=(
         LARS_OPTAX.preset("optax.lars", dict(learning_rate=1e-2),
                           "u = g, r = 1e-3 ||x||/||u|| (1 at a zero norm), trace b = 0.9 b + lr r u"),
@@ -168,6 +194,10 @@ CONVENTIONS = Conventions(
                                nesterov=True), "L2 before the ratio; eps in its denominator; Nesterov trace"),
         LAMB_OPTAX.preset("optax.lamb", dict(learning_rate=1e-2),
                           "scale_by_adam (eps 1e-6) then the ratio ||x||/||u|| (1 at a zero norm) then -lr"),
+        FROMAGE_OPTAX.preset("optax.fromage", dict(learning_rate=1e-2),
+                             "x (1/sqrt(1 + lr^2)) - lr (||x||/||g||) g, norms floored at 1e-6"),
+        FROMAGE_OPTAX.preset("optax.fromage(lr=0.3,min_norm)", dict(learning_rate=0.3, min_norm=0.5),
+                             "a large lr (the shrink 1/sqrt(1.09)); min_norm 0.5 floors the small leaves' norms"),
         LAMB_OPTAX.preset("optax.lamb(betas,eps,eps_root,wd)", dict(learning_rate=1e-2, b1=0.8, b2=0.95, eps=1e-4,
                                                                     eps_root=1e-8, weight_decay=0.05),
                           "the decay added to Adam's direction before the ratio"),
@@ -176,6 +206,9 @@ CONVENTIONS = Conventions(
                   ("lamb", dict(learning_rate=1e-2, weight_decay=0.1)),
                   lambda: LAMB(lr=1e-2, weight_decay=0.0), "the decay left out of the ratio's direction",
                   state={"m": "mu", "v": "nu"}, expect_fail=True),
+           Preset("WRONG shrink: optax.fromage vs refopt LARS(momentum=0, trust_coefficient=1)", "optax", "fromage",
+                  ("fromage", dict(learning_rate=0.3)), lambda: LARS(lr=0.3, momentum=0.0, trust_coefficient=1.0),
+                  "the ratio-scaled step without Fromage's 1/sqrt(1 + lr^2)", expect_fail=True),
            Preset("WRONG momentum: optax.lars(momentum=0.9) vs refopt LARS(momentum=0)", "optax", "lars",
                   ("lars", dict(learning_rate=1e-2, momentum=0.9)), lambda: LARS(lr=1e-2, momentum=0.0),
                   "no momentum", expect_fail=True)),
@@ -189,8 +222,10 @@ CONVENTIONS = Conventions(
             GoldenCase("lamb_wd", lambda: LAMB(lr=1e-2, beta1=0.8, beta2=0.95, eps=1e-4, eps_root=1e-8,
                                                weight_decay=0.05),
                        "optax.lamb(1e-2, b1=0.8, b2=0.95, eps=1e-4, eps_root=1e-8, weight_decay=0.05)",
-                       ("m", "v"))),
-    examples=(Example("lars", lambda: LARS(lr=0.1, trust_coefficient=0.01)),
+                       ("m", "v")),
+            GoldenCase("fromage", lambda: Fromage(lr=0.3, min_norm=0.5), "optax.fromage(0.3, min_norm=0.5)", ())),
+    examples=(Example("fromage", lambda: Fromage(lr=0.05)),
+              Example("lars", lambda: LARS(lr=0.1, trust_coefficient=0.01)),
               Example("lars_nesterov", lambda: LARS(lr=0.1, weight_decay=1e-3, trust_coefficient=0.01,
                                                     nesterov=True)),
               Example("lamb", lambda: LAMB(lr=0.01)),

@@ -1,5 +1,6 @@
-"""The layer-wise trust-ratio rules LARS (You et al. 2017) and LAMB (You et al. 2020) in optax's forms: a
-direction u per leaf, scaled by the leaf's ratio ||x|| / ||u|| (1 when either norm is 0), then the lr.
+"""The layer-wise trust-ratio rules LARS (You et al. 2017), LAMB (You et al. 2020) and Fromage (Bernstein et
+al. 2020) in optax's forms: a direction u per leaf, scaled by the leaf's ratio ||x|| / ||u|| (1 when either
+norm is 0), then the lr.
 refopt's :class:`~refopt.rules.covariant.Covariant` is the same ratio as a wrapper of any base direction
 (post 000, eq. (elr-u)); it makes no step at a zero norm and normalises a momentum direction, where LARS
 takes the momentum of the ratio-scaled steps (the divergence atlas, ``lars-momentum-order``)."""
@@ -19,10 +20,12 @@ from refopt.rules._adam_step import _moments
 from refopt.rules.base import lr_at
 
 
-def trust_ratio(x: np.ndarray, u: np.ndarray, trust_coefficient: float = 1.0, eps: float = 0.0) -> float:
-    """optax's scale_by_trust_ratio factor ``trust_coefficient ||x||_F / (||u||_F + eps)``, 1 when ||x|| = 0
-    or ||u|| = 0 (norms accumulated in float64, :func:`refopt.linalg.norms.fro_norm`)."""
-    nx, nu = fro_norm(x), fro_norm(u)
+def trust_ratio(x: np.ndarray, u: np.ndarray, trust_coefficient: float = 1.0, eps: float = 0.0,
+                min_norm: float = 0.0) -> float:
+    """optax's scale_by_trust_ratio factor ``trust_coefficient ||x||_F / (||u||_F + eps)``, each norm raised to
+    ``min_norm`` where it is at most that, and 1 when a norm is then 0 (norms accumulated in float64,
+    :func:`refopt.linalg.norms.fro_norm`)."""
+    nx, nu = max(fro_norm(x), min_norm), max(fro_norm(u), min_norm)
     if nx == 0.0 or nu == 0.0:
         return 1.0
     return trust_coefficient * nx / (nu + eps)
@@ -226,3 +229,69 @@ class LAMB(Rule):
         u = self._direction(ctx, s, x, g)
         u *= x.dtype.type(trust_ratio(x, u))
         return u, s
+
+
+# ---- Fromage ---------------------------------------------------------------------------------------------
+class FromageState(NamedTuple):
+    """Fromage keeps no state."""
+
+
+class FromageContext(NamedTuple):
+    lr_t: float
+    mult: float       # 1 / sqrt(1 + lr_t^2)
+    min_norm: float
+
+
+@dataclass(frozen=True)
+class Fromage(Rule):
+    r"""Fromage as optax.fromage (Bernstein, Vahdat, Yue & Liu 2020, "On the distance between two neural
+    networks and the stability of learning", Algorithm 1). Per leaf, at step t, gamma_t = schedule(t),
+    lr_t = lr gamma_t:
+
+    .. math::
+
+        x_t = rac{1}{\sqrt{1 + \mathrm{lr}_t^2}} \left( x_{t-1} - \mathrm{lr}_t\,
+        rac{\max(\lVert x_{t-1} 
+Vert_F, n_0)}{\max(\lVert g_t 
+Vert_F, n_0)}\, g_t 
+ight)
+
+    with n_0 = min_norm (a ratio 1 when a norm is 0 and min_norm = 0, optax's scale_by_trust_ratio). The step
+    has relative size lr_t (the paper's "relative trust region"), and the factor 1/sqrt(1 + lr_t^2) keeps
+    ||x|| from growing: for g orthogonal to x, ||x_t|| = ||x_{t-1}|| exactly. optax writes the factor as the
+    decay (mult - 1) x added to the update; refopt in the same order, x + ((-lr_t mult) r g + (mult - 1) x).
+
+    Args:
+      lr: >= 0 (optax has no default; 1e-2 here).
+      min_norm: >= 0 (1e-6), the floor of both norms.
+      schedule: t -> gamma_t.
+
+    Shapes/dtypes: any float32 / float64 array; no state. Norms accumulated in float64.
+
+    Raises:
+      ValueError: for a hyperparameter out of its range or a non-callable schedule.
+    """
+
+    lr: float = 1e-2
+    min_norm: float = 1e-6
+    schedule: Callable[[int], float] | None = None
+
+    State = FromageState
+
+    def __post_init__(self):
+        _checks.nonnegative("lr", self.lr)
+        _checks.nonnegative("min_norm", self.min_norm)
+        _checks.schedule(self.schedule)
+
+    def init_leaf(self, x, path):
+        return FromageState()
+
+    def context(self, t, glob):
+        lr_t = lr_at(self, t)
+        return FromageContext(lr_t, 1.0 / (1.0 + lr_t ** 2) ** 0.5, float(self.min_norm)), glob
+
+    def update_leaf(self, ctx, s, x, g, path):
+        d = x.dtype.type
+        r = trust_ratio(x, g, min_norm=ctx.min_norm)
+        x += (g * d(r)) * d(-ctx.lr_t * ctx.mult) + d(ctx.mult - 1.0) * x
+        return x, s
