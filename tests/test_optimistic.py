@@ -45,3 +45,42 @@ def test_optimistic_bad_input():
             refopt.OptimisticGradientDescent(**bad)
     with pytest.raises(ValueError, match="constant"):
         refopt.like("optax.optimistic_gradient_descent", learning_rate=0.1, beta=lambda t: 1.0)
+
+
+def _adam_reference(x0, gs, lr, optimism, b1, b2, eps, eps_root, nesterov, first_zero=False):
+    """Daskalakis et al. (2018), Algorithm 1 with optax's Adam direction: x -= (lr + o) u_t - o u_{t-1}."""
+    x, m, v, prev = x0.copy(), 0 * x0, 0 * x0, None
+    for t, g in enumerate(gs, start=1):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        mh = b1 * m / (1 - b1 ** (t + 1)) + (1 - b1) * g / (1 - b1 ** t) if nesterov else m / (1 - b1 ** t)
+        u = mh / (np.sqrt(v / (1 - b2 ** t) + eps_root) + eps)
+        if prev is None:
+            prev = 0 * u if first_zero else u
+        x = x - ((lr + optimism) * u - optimism * prev)
+        prev = u
+    return x
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_optimistic_adam_from_the_algorithm(nesterov):
+    import refopt
+    rng = np.random.default_rng(4)
+    x0 = rng.standard_normal((3, 4))
+    gs = [rng.standard_normal((3, 4)) for _ in range(6)]
+    rule = refopt.OptimisticAdam(lr=0.01, optimism=0.005, beta1=0.8, beta2=0.95, eps=1e-6, eps_root=1e-10,
+                                 nesterov=nesterov)
+    x, s = {"w": x0}, refopt.init(rule, {"w": x0})
+    for g in gs:
+        x, s = refopt.update(rule, s, x, {"w": g})
+    kw = dict(lr=0.01, optimism=0.005, b1=0.8, b2=0.95, eps=1e-6, eps_root=1e-10, nesterov=nesterov)
+    want = _adam_reference(x0, gs, **kw)
+    np.testing.assert_allclose(x["w"], want, rtol=1e-13)
+    for wrong in (dict(first_zero=True), dict(nesterov=not nesterov), dict(optimism=0.0)):
+        assert np.max(np.abs(_adam_reference(x0, gs, **{**kw, **wrong}) - want)) > 1e-6
+    assert refopt.like("optax.optimistic_adam", learning_rate=0.01) == refopt.OptimisticAdam(lr=0.01)
+    for bad in (dict(optimism=-1.0), dict(beta1=1.0), dict(eps=0.0, eps_root=0.0), dict(nesterov=None)):
+        with pytest.raises(ValueError):
+            refopt.OptimisticAdam(**bad)
+    with pytest.raises(ValueError, match="dtype"):
+        refopt.like("optax.optimistic_adam", learning_rate=0.01, mu_dtype="bfloat16")
