@@ -70,6 +70,7 @@ RULES = [
     refopt.LAMB(lr=0.01, weight_decay=0.05),
     refopt.Fromage(lr=0.05, min_norm=0.0),
     refopt.OptimisticAdam(lr=0.01, eps=1e-12),
+    refopt.SM3(lr=0.01, eps=1e-12),
     refopt.Fromage(lr=0.05, min_norm=100.0),   # the floor: not scale invariant
     refopt.Adafactor(lr=0.01),   # factored: not permutation equivariant; the parameter scale: covariant
     refopt.Adafactor(lr=0.01, factored=False, beta1=0.9, momentum_dtype="float64", form="optax"),
