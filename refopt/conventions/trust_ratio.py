@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CONSTANT, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, \
+from refopt.conventions._spec import CONSTANT, CliName, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, \
     norm64, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.covariant import Covariant
@@ -231,4 +231,7 @@ CONVENTIONS = Conventions(
               Example("lamb", lambda: LAMB(lr=0.01)),
               Example("lamb_wd", lambda: LAMB(lr=0.01, weight_decay=0.01))),
     atlas=(atlas_lars_momentum,),
+    cli=(CliName("lamb", LAMB, {"mlp": 1e-2, "gpt": 1e-2}, "LAMB (optax semantics): Adam's direction + wd x scaled "
+                 "by the trust ratio ||x||/||u||: --beta1, --beta2, --eps, --weight-decay",
+                 {"beta1": "beta1", "beta2": "beta2", "eps": "eps", "weight_decay": "weight_decay"}),),
 )
