@@ -96,7 +96,8 @@ class SM3(Rule):
     def context(self, t, glob):
         return SM3Context(lr_at(self, t), float(self.momentum), float(self.eps)), glob
 
-    def update_leaf(self, ctx, s, x, g, path):
+    def _momentum(self, ctx, s, x, g):
+        """Write the covers (or the full sum) and m of this step into s (x is read only)."""
         d = x.dtype.type
         if x.ndim >= 2:
             cs = covers(s.v, x.shape)
@@ -109,5 +110,12 @@ class SM3(Rule):
         with np.errstate(divide="ignore"):
             scaled = np.where(nu > 0, g / np.sqrt(nu + d(ctx.eps)), d(0))
         s.m[...] = d(1.0 - ctx.momentum) * scaled + d(ctx.momentum) * s.m
-        x -= d(ctx.lr_t) * s.m
+
+    def update_leaf(self, ctx, s, x, g, path):
+        self._momentum(ctx, s, x, g)
+        x -= x.dtype.type(ctx.lr_t) * s.m
         return x, s
+
+    def direction_leaf(self, ctx, s, x, g, path):
+        self._momentum(ctx, s, x, g)
+        return s.m.copy(), s
