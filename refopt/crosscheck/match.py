@@ -5,7 +5,7 @@ peer that reproduces it -- ``Adam(lr=1e-3, beta2=0.95)`` -> ``torch.optim.Adam(l
 0.95))`` -- or None when the peer has no such configuration. The mappings are the rule's conventions file's
 (:mod:`refopt.conventions`: each :class:`~refopt.conventions.PeerMapping`'s ``match``); the peer call lists
 only the keywords that differ from the peer's own defaults (:data:`PEER_DEFAULTS`; e.g. ``optax.lamb``'s eps
-is 1e-6, not 1e-8, so ``Covariant(Adam(eps=1e-8))`` passes ``eps=1e-08``), with the mapping's tolerance tier.
+is 1e-6, not 1e-8, so ``LAMB(eps=1e-8)`` passes ``eps=1e-08``), with the mapping's tolerance tier.
 """
 from __future__ import annotations
 
