@@ -278,6 +278,33 @@ def test_the_presets_table_of_crosscheck_md_is_generated_and_current(tmp_path):
     assert edited.read_text(encoding="utf-8") == text
 
 
+def _columns(row):
+    """The number of cells of a Markdown table row: the ``|`` not escaped as ``\\|``."""
+    import re
+    return len(re.findall(r"(?<!\\)\|", row)) - 1
+
+
+@pytest.mark.parametrize("page", ["crosscheck.md", "conventions_generated.md"])
+def test_every_generated_table_row_has_its_header_s_columns(page):
+    """A ``|`` in a cell (``|g|``, ``||x||``) is escaped, so no row of a generated table splits into more
+    columns than its header; negative control: the same row unescaped has more."""
+    from refopt.conventions import _cell
+    with open(os.path.join(ROOT, "docs", page), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    checked = 0
+    for i, line in enumerate(lines):
+        if line.startswith("|---"):
+            header = _columns(lines[i - 1])
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("|"):
+                assert _columns(lines[j]) == header, (page, lines[j])
+                j += 1
+                checked += 1
+    assert checked > 50
+    row = f"| `x` | `y` | all | {_cell('a step of size |g|')} |"
+    assert _columns(row) == 4 and _columns(row.replace("\\|", "|")) == 6
+
+
 def test_the_command_line_names_come_from_the_registry(tmp_path, capsys):
     """`refopt train --optimizer rmsprop` (declared in refopt/conventions/rmsprop.py) builds the rule from the
     options given, the rule's defaults otherwise; an option the rule does not use is refused."""
