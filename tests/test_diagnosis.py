@@ -36,7 +36,10 @@ class Adam:
         out, ms, vs = [], [], []
         for x, g, m, v in zip(params, grads, s["exp_avg"], s["exp_avg_sq"]):
             m = b1 * m + (1.0 if self.bug == "sum momentum" else 1 - b1) * g
-            v = b2 * v + (1 - b2) * (np.abs(g) if self.bug == "abs in v" else g * g)
+            if self.bug == "v weights swapped":          # (1 - b2) v + b2 g^2, the bias correction kept
+                v = (1 - b2) * v + b2 * g * g
+            else:
+                v = b2 * v + (1 - b2) * (np.abs(g) if self.bug == "abs in v" else g * g)
             t2 = t + 1 if self.bug == "bc2 ahead" else t
             t1 = 1 if self.bug == "frozen" else t
             t2 = 1 if self.bug == "frozen" else t2
@@ -109,7 +112,8 @@ def test_correct_implementations_agree_and_need_no_diagnosis():
      "eps inside the sqrt (base)"),                                                  # a wrapper's base variant
     (Adam(bug="nadam t", nesterov=True), "Adam(lr=0.01, beta1=0.8, beta2=0.95, nesterov=True)",
      "the NAdam look-ahead's 1 - beta1^(t+1): counter t - 1"),                      # a place defined at t = 1
-], ids=["swap", "complement", "counter-place", "counter-frozen", "clip-scope", "base", "nadam-place"])
+    (Adam(bug="v weights swapped"), ADAM, "v's EMA weights swapped (beta2, 1 - beta2)"),   # one EMA's weights
+], ids=["swap", "complement", "counter-place", "counter-frozen", "clip-scope", "base", "nadam-place", "ema-swap"])
 def test_generated_variants_name_the_bug(impl, rule, name):
     r = _check(impl, rule)
     assert not r.agree and r.best.name == name and r.best.reproduces, r.report()
@@ -282,5 +286,129 @@ def test_generated_variants_come_from_the_rule_record():
     assert not any("msign_backend" in n for n in names)
     assert set(choices(refopt.Adam(), "amsgrad")) == {False, True, "bias_corrected"}
     assert choices(refopt.Adam(), "lr") is None
+    assert "m's EMA weights swapped (beta1, 1 - beta1)" in [v.name for v in generated(refopt.Adam())]
+    # one array for the whole tree: generated where per-array norms make it another step (LARS), not for an
+    # elementwise rule (Adam), whose step it does not change
+    assert "the whole tree as one array" in [v.name for v in generated(refopt.LARS(lr=0.1))]
+    assert "the whole tree as one array" not in [v.name for v in generated(refopt.Adam())]
     refused = [v.name for v in generated(refopt.Adam(lr=2.0))]        # beta1 = 2.0 is refused by Adam
     assert "lr and beta1 swapped" not in refused and "lr and eps swapped" in refused
+
+
+class Lion:
+    """Lion (Chen et al. 2023): c = b1 m + (1 - b1) g, x -= lr sign(c), then m = b2 m + (1 - b2) g."""
+
+    def __init__(self, lr=0.01, b1=0.9, b2=0.99, bug=None):
+        self.lr, self.b1, self.b2, self.bug = lr, b1, b2, bug
+
+    def init(self, params):
+        return {"exp_avg": [np.zeros_like(x) for x in params]}
+
+    def step(self, s, params, grads):
+        out, ms = [], []
+        for x, g, m in zip(params, grads, s["exp_avg"]):
+            new = self.b2 * m + (1 - self.b2) * g
+            c = self.b1 * (new if self.bug == "new m" else m) + (1 - self.b1) * g
+            out.append(x - self.lr * np.sign(c))
+            ms.append(new)
+        return out, {"exp_avg": ms}
+
+
+def test_a_state_read_after_its_update_is_named():
+    """Lion's interpolation with the momentum already updated (m_t in place of m_{t-1}): the read-order variant
+    'm read after its update'. Negative control: the correct order agrees."""
+    rule = "Lion(lr=0.01, beta1=0.9, beta2=0.99)"
+    r = _check(Lion(bug="new m"), rule)
+    assert r.best.name == "m read after its update" and r.best.reproduces, r.report()
+    assert _check(Lion(), rule).agree
+
+
+def test_a_read_order_switch_reads_the_old_value_and_keeps_the_rule_s_state():
+    """The oracle under reads={'m': 'before'}: Adam's step reads m_0 = 0 at step 1, so x does not move (closed
+    form), while the state keeps the rule's m_1 = (1 - beta1) g; 'after' is the rule itself for Adam (its
+    formula reads the updated m). Negative control: without the switch x moves."""
+    from refopt.conventions import oracle
+
+    rule = refopt.Adam(lr=0.1, beta1=0.8, beta2=0.95)
+    x, g = [np.array([1.0, -2.0, 0.5])], [np.array([0.5, 0.25, -4.0])]
+    stale = oracle(rule, reads={"m": "before"})
+    x1, s1 = stale.step(stale.init(x), x, g)
+    assert np.array_equal(x1[0], x[0])
+    assert np.array_equal(stale.state_arrays(s1)["m"][0], (1 - 0.8) * g[0])
+    after, plain = oracle(rule, reads={"m": "after"}), oracle(rule)
+    xa, _ = after.step(after.init(x), x, g)
+    xp, _ = plain.step(plain.init(x), x, g)
+    assert np.array_equal(xa[0], xp[0]) and not np.array_equal(xp[0], x[0])
+
+
+def _warmup_cosine(t, w, total, floor, over_total=False):
+    """Linear warmup t/w to 1, then a cosine to floor over the decay phase's total - w steps (or, the bug,
+    with its progress divided by the whole run's total)."""
+    if t <= w:
+        return t / w
+    d = total if over_total else total - w
+    return floor + (1 - floor) * (1 + math.cos(math.pi * min(t - w, d) / d)) / 2
+
+
+def test_a_schedule_phase_over_the_whole_run_is_named():
+    """A cosine whose progress is divided by the total steps, not its phase's length: the schedule record's
+    variant names phase 2 over the whole run. Negative control: the phase's own length agrees."""
+    rule = refopt.Adam(lr=0.01, beta1=0.8, beta2=0.95, schedule=warmup_cosine(3, 10, 0.1))
+    r = _check(Adam(schedule=lambda t: _warmup_cosine(t, 3, 10, 0.1, over_total=True)), rule)
+    assert r.best.name == "schedule phase 2 (CosineDecay, steps 4..10) over the whole run" and r.best.reproduces, \
+        r.report()
+    assert _check(Adam(schedule=lambda t: _warmup_cosine(t, 3, 10, 0.1)), rule).agree
+
+
+class ShapeScaled(Adam):
+    """Adam(W) whose step of a leaf is scaled by ``scale(shape)`` (the decay term left as it is)."""
+
+    def __init__(self, scale, **kw):
+        super().__init__(**kw)
+        self.scale = scale
+
+    def step(self, s, params, grads):
+        decayed = [x * (1 - self.lr * self.wd) for x in params]
+        new, s2 = Adam(lr=self.lr, b1=self.b1, b2=self.b2, eps=self.eps).step(s, params, grads)
+        return [d + self.scale(x.shape) * (n - x) for d, n, x in zip(decayed, new, params)], s2
+
+
+def test_a_scale_that_is_another_function_of_the_shape_is_named():
+    """A mean in place of a sum (every leaf's step / sqrt(size)) and a muP-style 1/fan_in on the matrices'
+    direction only (the decay kept): the step-1 ratio per leaf is fitted to a function of the shape.
+    Negative controls: a constant scale on every leaf is the lr, not a shape function; the scale 1 agrees."""
+    r = _check(ShapeScaled(lambda shape: 1 / math.sqrt(math.prod(shape))), ADAM)
+    assert "at step 1 your update is refopt's times 1/sqrt(size) on each leaf" in r.lead, r.report()
+    wd = "AdamW(lr=0.01, beta1=0.8, beta2=0.95, weight_decay=0.1)"
+    r = _check(ShapeScaled(lambda shape: 1 / shape[0] if len(shape) == 2 else 1.0, wd=0.1), wd)
+    assert ("at step 1 your update's direction (your update less refopt's decay term) is refopt's times 1/fan_in"
+            in r.lead), r.report()
+    r = _check(ShapeScaled(lambda shape: 1.25), ADAM)
+    assert not any("function of the shape" in e for e in r.evidence) and "1.25 x refopt's" in r.lead, r.report()
+    assert _check(ShapeScaled(lambda shape: 1.0, wd=0.1), wd).agree
+
+
+def test_a_decay_with_another_group_s_lr_is_named():
+    """A Partition whose 'other' group decays with the 'hidden' group's lr: the decay term of one group,
+    tested against that group's rule and the other groups' lrs. Negative control: its own lr agrees."""
+    rule = refopt.Partition({"hidden": refopt.Adam(lr=0.02, beta1=0.8, beta2=0.95),
+                             "other": refopt.AdamW(lr=0.005, beta1=0.8, beta2=0.95, weight_decay=0.1)},
+                            labels=refopt.rules.partition.matrix_labels)
+
+    class Groups:
+        def __init__(self, decay_lr):
+            self.sides = [Adam(lr=0.02), Adam(lr=0.005)]
+            self.decay_lr = decay_lr
+
+        def init(self, params):
+            return [a.init(params) for a in self.sides]
+
+        def step(self, s, params, grads):
+            outs = [a.step(si, params, grads) for a, si in zip(self.sides, s)]
+            xs = [outs[0][0][i] if np.ndim(x) >= 2 else outs[1][0][i] - self.decay_lr * 0.1 * x
+                  for i, x in enumerate(params)]
+            return xs, [o[1] for o in outs]
+
+    r = _check(Groups(0.02), rule)
+    assert "a decay term differs (group 'other'): the decay uses the lr of group 'hidden' (0.02)" in r.lead, r.report()
+    assert _check(Groups(0.005), rule).agree

@@ -19,9 +19,19 @@ plain-numpy oracle with a switch, run on the same inputs by the plug-in cross-ch
   corrections, its Nesterov look-ahead), that place's counter at t + 1 or frozen at 1 (and t - 1 where the
   place is defined at t = 1), one place at a time, plus the whole rule's
   counter frozen (a state whose step never advances) or one ahead;
-* **scope**: for a :class:`~refopt.rules.partition.Partition`, each group's rule applied to every leaf
-  and every variant of each group's rule in its group; for a wrapper (a ``base`` field), every variant of
-  the base inside the wrapper (:func:`refopt.conventions._variants.base_variants`).
+* **the schedule's record** (:func:`schedule_variants`): a refopt schedule's integer fields one lower and
+  higher, its floor missing, WSD's decay shape changed, and per phase of a :class:`~refopt.schedules.Join`
+  (warmup-cosine, WSD): its curve spread over the whole run, read on the run's clock, its length or its
+  boundary off by one;
+* **read order**: each state field read, wherever the step uses it, as it was before this step's update
+  (a stale read) or as the update leaves it (:func:`refopt.conventions._spec.stepped`);
+* **one EMA's weights**: each state field updated with a coefficient's two weights swapped,
+  ``(1 - c) s + c u``, the rule's other uses of c unchanged (:func:`_ema_swap_variants`);
+* **scope**: the rule run on the whole tree as one array where that changes its step (a global trust
+  ratio or layer norm in place of one per array: :func:`_whole_tree_variants`); for a
+  :class:`~refopt.rules.partition.Partition`, each group's rule applied to every leaf and every variant of
+  each group's rule in its group; for a wrapper (a ``base`` field), every variant of the base inside the
+  wrapper (:func:`refopt.conventions._variants.base_variants`).
 
 A variant the rule refuses to build (a swap out of a field's range) is not generated; one equal to the rule
 is left out. Fields that cannot change the numbers (:data:`INERT`: where Newton-Schulz runs) are skipped.
@@ -32,11 +42,14 @@ import dataclasses
 import itertools
 import numbers
 
+import numpy as np
+
 from refopt.conventions._variants import Variant, oracle_variant, rule_variant, try_replace
 from refopt.rules._checks import ChoiceError
 from refopt.testing.adapters import Adapter
 
-__all__ = ["generated", "choices", "INERT", "shifted_schedule", "CounterShift", "GroupVariant"]
+__all__ = ["generated", "choices", "INERT", "shifted_schedule", "CounterShift", "GroupVariant", "state_fields",
+           "schedule_variants", "PhaseClock"]
 
 #: fields whose value does not change the numbers of a step (the device Newton-Schulz runs on)
 INERT = frozenset({"msign_backend"})
@@ -128,6 +141,157 @@ def _schedule_variants(rule) -> list:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class PhaseClock:
+    """A phase of a :class:`~refopt.schedules.Join` read on the run's clock: ``inner`` at t + ``offset`` where
+    the Join hands it its own t - start (a phase whose clock does not restart at its first step)."""
+
+    inner: object
+    offset: int
+
+    def _at(self, t):
+        return self.inner._at(t + self.offset)
+
+
+def _length_field(s) -> str | None:
+    """The field that holds a schedule's own length (``steps``, ``total_steps``), or None."""
+    for name in ("steps", "total_steps"):
+        if isinstance(getattr(s, name, None), int) and not hasattr(s, "phases"):
+            return name
+    return None
+
+
+def _phase_name(i: int, n: int, start: int, inner) -> str:
+    return f"phase {i + 1} ({type(inner).__name__}, steps {start + 1}..{start + n})"
+
+
+def _join_variants(join) -> list:
+    """(name, detail, schedule) for a Join: each phase's curve over the whole run, on the run's clock, one step
+    shorter or longer than its phase; a boundary between two phases one step earlier or later (the total
+    kept); the last phase one step shorter or longer (the total with it); a floor or final value missing."""
+    from refopt.schedules import Join, Schedule
+
+    phases, out = list(join.phases), []
+    total = sum(n for n, _ in phases)
+    starts = [sum(n for n, _ in phases[:i]) for i in range(len(phases))]
+
+    def joined(ps):
+        try:
+            return Join(tuple(ps))
+        except ValueError:
+            return None
+
+    def sized(inner, length):
+        f = _length_field(inner)
+        if f is None:
+            return None
+        try:
+            return dataclasses.replace(inner, **{f: length})
+        except (TypeError, ValueError):
+            return None
+
+    for i, (n, inner) in enumerate(phases):
+        if n == 0:
+            continue
+        what, f = _phase_name(i, n, starts[i], inner), _length_field(inner)
+        if f is not None and getattr(inner, f) == n and n != total:
+            out.append((f"{what} over the whole run", f"the curve of {what} spread over all {total} steps, not its "
+                        f"phase's {n} (its progress divided by the total)",
+                        joined(phases[:i] + [(n, sized(inner, total))] + phases[i + 1:])))
+        if starts[i] > 0:
+            out.append((f"{what} on the run's clock", f"{what} read at the run's step t, not at t - {starts[i]} "
+                        f"(its clock not restarted at the phase's start)",
+                        joined(phases[:i] + [(n, _as_schedule(PhaseClock(inner, starts[i])))] + phases[i + 1:])))
+        if f is not None and getattr(inner, f) == n:
+            for w in (n - 1, n + 1):
+                if w >= 1:
+                    out.append((f"{what}'s curve {w} steps long", f"the curve of {what} over {w} steps, its phase "
+                                f"{n} (an off-by-one in its length)",
+                                joined(phases[:i] + [(n, sized(inner, w))] + phases[i + 1:])))
+        for fname in ("floor", "final", "start"):
+            v = getattr(inner, fname, None)
+            if isinstance(v, float) and v > 0:
+                out.append((f"{what}'s {fname} missing", f"{fname} = 0 in place of {v:g} in {what}",
+                            joined(phases[:i] + [(n, dataclasses.replace(inner, **{fname: 0.0}))] + phases[i + 1:])))
+    for i in range(len(phases) - 1):
+        (n1, a), (n2, b) = phases[i], phases[i + 1]
+        for shift in (-1, 1):
+            m1, m2 = n1 + shift, n2 - shift
+            if m1 < 0 or m2 < 0:
+                continue
+            a2 = sized(a, m1) if _length_field(a) and getattr(a, _length_field(a)) == n1 else a
+            b2 = sized(b, m2) if _length_field(b) and getattr(b, _length_field(b)) == n2 else b
+            if a2 is None or b2 is None:
+                continue
+            out.append((f"phase {i + 1} {'one step shorter' if shift < 0 else 'one step longer'}",
+                        f"the boundary of phases {i + 1} and {i + 2} at step {starts[i] + m1} in place of "
+                        f"{starts[i] + n1} (the total {total} kept)",
+                        joined(phases[:i] + [(m1, a2), (m2, b2)] + phases[i + 2:])))
+    n, last = phases[-1]
+    for w in (n - 1, n + 1):
+        lw = sized(last, w) if _length_field(last) and getattr(last, _length_field(last)) == n else last
+        if w >= 1 and lw is not None:
+            out.append((f"the run {total + w - n} steps long", f"the schedule's total {total + w - n} in place of "
+                        f"{total} (its last phase {w} steps)", joined(phases[:-1] + [(w, lw)])))
+    return [(a, b, c) for a, b, c in out if isinstance(c, Schedule)]
+
+
+def _as_schedule(clock):
+    """A :class:`PhaseClock` as a :class:`~refopt.schedules.Schedule` (a Join takes only schedules)."""
+    from refopt.schedules import Schedule
+
+    class _Clock(Schedule):
+        def _at(self, t):
+            return clock._at(t)
+
+        def __repr__(self):
+            return f"PhaseClock({clock.inner!r}, offset={clock.offset})"
+    return _Clock()
+
+
+def schedule_variants(schedule) -> list:
+    """(name, detail, schedule) variants of a refopt schedule from its own record: every integer field one lower
+    and one higher, a float field (floor, final, start) missing, a categorical one (WSD's decay) changed, and a
+    Join's (or WSD's) phase variants (:func:`_join_variants`: a phase's curve over the whole run or on the run's
+    clock, its length or a boundary off by one). A plain function has none."""
+    from refopt.schedules import WSD, Join, Product, Schedule
+
+    if not isinstance(schedule, Schedule):
+        return []
+    out = []
+    if isinstance(schedule, Product):
+        for i, f in enumerate(schedule.factors):
+            for a, b, c in schedule_variants(f):
+                out.append((f"{a} (factor {i + 1})", b, Product(schedule.factors[:i] + (c,) + schedule.factors[i + 1:])))
+        return out
+    if isinstance(schedule, Join):
+        return _join_variants(schedule)
+    for f in dataclasses.fields(schedule):
+        v = getattr(schedule, f.name)
+        new = []
+        if isinstance(v, int) and not isinstance(v, bool):
+            new = [(f"{f.name}={w}", f"{f.name} {w} in place of {v} (one {'fewer' if w < v else 'more'})", w)
+                   for w in (v - 1, v + 1)]
+        elif isinstance(v, float) and v > 0 and f.name in ("floor", "final", "start"):
+            new = [(f"{f.name}=0", f"{f.name} = 0 in place of {v:g} (missing)", 0.0)]
+        elif isinstance(v, str):
+            new = [(f"{f.name}={c!r}", f"{f.name} {c!r} in place of {v!r}", c) for c in ("linear", "cosine") if c != v]
+        for a, b, w in new:
+            try:
+                out.append((a, b, dataclasses.replace(schedule, **{f.name: w})))
+            except (TypeError, ValueError):
+                pass
+    if isinstance(schedule, WSD):
+        out += _join_variants(schedule._joined)
+    return out
+
+
+def _schedule_record_variants(rule) -> list:
+    sched = getattr(rule, "schedule", None)
+    return [rule_variant(f"schedule {name}", detail, try_replace(rule, schedule=new))
+            for name, detail, new in schedule_variants(sched)]
+
+
 class CounterShift(Adapter):
     """An oracle (:class:`refopt.conventions._spec.Oracle`) whose step counter is read as ``how``
     ('frozen': t = 1 at every step; 'next': t + 1): a counter kept in the state that never advances, or
@@ -169,6 +333,45 @@ def _counter_variants(rule) -> list:
             label = labels[how]
             out.append(oracle_variant(rule, f"{what}: counter {label}", f"only {what} reads its step "
                                       f"counter as {label}; every other place reads t", counter={place: how}))
+    return out
+
+
+def state_fields(rule) -> list[str]:
+    """The names of the state arrays the rule's oracle keeps per leaf (a wrapper's as ``'base.m'``), read from
+    its ``init_leaf`` on a matrix and a vector; [] without an oracle."""
+    from refopt.conventions import for_rule, oracle
+    from refopt.conventions._spec import flat_state
+
+    conv = for_rule(rule)
+    if conv is None or conv.oracle is None:
+        return []
+    orc, out = oracle(rule), []
+    for path, x in (("w", np.full((4, 3), 0.5)), ("b", np.full(3, 0.5))):
+        try:
+            s = orc.init_leaf(x, path)
+        except Exception:  # noqa: BLE001 - a rule for matrices only: the vector has no state to read
+            continue
+        out += [k for k, v in flat_state(s).items() if isinstance(v, np.ndarray) and v.ndim > 0 and k not in out]
+    return out
+
+
+def _read_order_variants(rule) -> list:
+    """Each state field read, in every formula of the step, before its own update (a stale read: the average
+    or maximum of the previous step in the denominator, the momentum of the previous step in a Nesterov mix,
+    the previous average in an interpolation) or after it (the update placed before a use that reads the
+    previous value: Lion's interpolation with the new momentum). A Partition's come per group."""
+    from refopt.rules.partition import Partition
+
+    if isinstance(rule, Partition):
+        return []
+    out = []
+    for k in state_fields(rule):
+        out.append(oracle_variant(rule, f"{k} read before its update", f"every formula of the step reads {k} as it "
+                                  f"was before this step's update of {k} (its update placed after its use)",
+                                  reads={k: "before"}))
+        out.append(oracle_variant(rule, f"{k} read after its update", f"every formula of the step reads {k} as this "
+                                  f"step's update leaves it (its update placed before a use of the previous {k})",
+                                  reads={k: "after"}))
     return out
 
 
@@ -238,11 +441,97 @@ class GroupVariant(Adapter):
         return {}
 
 
+def _whole_tree_variants(rule) -> list:
+    """The rule run on the whole tree as one array (:class:`~refopt.conventions._variants.WholeTreeRule`: a
+    global norm where the rule takes one per array, a trust ratio or a layer's norm over every layer
+    together), generated where that changes the rule's step on a probe tree of a matrix and a vector (an
+    elementwise rule is the same on one array or many) and the rule takes a vector."""
+    from refopt.conventions._variants import WholeTreeRule
+    from refopt.rules.partition import Partition
+    from refopt.testing.adapters import RuleAdapter
+
+    if isinstance(rule, Partition):
+        return []
+    rng = np.random.default_rng(0)
+    x = [rng.standard_normal((3, 4)), rng.standard_normal(5)]
+    gs = [[rng.standard_normal((3, 4)), rng.standard_normal(5)] for _ in range(2)]
+    try:
+        runs = []
+        for a in (RuleAdapter(rule), WholeTreeRule(rule)):
+            s, y = a.init([v.copy() for v in x]), [v.copy() for v in x]
+            for g in gs:
+                y, s = a.step(s, y, [v.copy() for v in g])
+            runs.append(y)
+    except (ValueError, TypeError):      # a rule that refuses a vector (Muon) or the probe has no such variant
+        return []
+    if all(np.array_equal(a, b) for a, b in zip(*runs)):
+        return []
+    return [Variant("the whole tree as one array", "every norm the rule takes per array taken over the whole tree "
+                    "(a global trust ratio or layer norm in place of one per array)", lambda: WholeTreeRule(rule),
+                    rule=None)]
+
+
+def _reads_matter(rule, k: str) -> tuple[bool, bool]:
+    """(the step reads field k after its update, before it), from the oracle on a probe matrix and vector
+    over two steps: reading k's old value ('before') changes the step only if a formula reads k after
+    its update, and reading the new value only if one reads it before."""
+    from refopt.conventions import oracle
+
+    rng = np.random.default_rng(1)
+    x = [rng.standard_normal((4, 3)), rng.standard_normal(3)]
+    gs = [[rng.standard_normal((4, 3)), rng.standard_normal(3)] for _ in range(2)]
+
+    def run(**sw):
+        o = oracle(rule, **sw)
+        s, y = o.init([v.copy() for v in x]), [v.copy() for v in x]
+        for g in gs:
+            y, s = o.step(s, y, [v.copy() for v in g])
+        return y
+
+    try:
+        with np.errstate(all="ignore"):      # a reordered read may take the sqrt of a negative: a NaN that differs
+            plain, before, after = run(), run(reads={k: "before"}), run(reads={k: "after"})
+    except (ValueError, TypeError):
+        return True, True
+    same = [all(np.array_equal(a, b) for a, b in zip(plain, other)) for other in (before, after)]
+    return not same[0], not same[1]
+
+
+def _ema_swap_variants(rule) -> list:
+    """Each state field updated with the weights of one of the rule's coefficients c in (0, 1) swapped,
+    ``(1 - c) s + c u`` in place of ``c s + (1 - c) u`` (in that field's update only: the rule's other uses
+    of c unchanged), the value read after the update where the step reads the field after updating it
+    and from the next step on where it reads it before (both where it does both). A Partition's come per
+    group."""
+    from refopt.rules.partition import Partition
+
+    if isinstance(rule, Partition):
+        return []
+    coefs = [f.name for f in dataclasses.fields(rule) if f.init and f.name != "lr" and f.name not in _NOT_COEFFICIENTS
+             and _number(getattr(rule, f.name)) and not isinstance(getattr(rule, f.name), int)
+             and 0 < getattr(rule, f.name) < 1]
+    out = []
+    for k in state_fields(rule):
+        after, before = _reads_matter(rule, k)
+        for c in coefs:
+            v = float(getattr(rule, c))
+            for how, used in (("after", after), ("before", before)):
+                if used:
+                    out.append(oracle_variant(rule, f"{k}'s EMA weights swapped ({c}, 1 - {c})"
+                                              + (" (read on the next step)" if how == "before" and after else ""),
+                                              f"{k} updated as (1 - {c}) {k} + {c} u in place of {c} {k} + (1 - {c}) u "
+                                              f"({c} = {v:g}; the rule's other uses of {c} unchanged)",
+                                              ema_swap={k: (v, how)}))
+    return out
+
+
 def generated(rule) -> list:
     """The generated variants of ``rule`` (see the module docstring), in that order; None entries dropped."""
     from refopt.conventions._variants import base_variants
 
-    out = (_option_variants(rule) + _swap_variants(rule) + _schedule_variants(rule) + _counter_variants(rule)
+    out = (_option_variants(rule) + _swap_variants(rule) + _schedule_variants(rule) + _schedule_record_variants(rule)
+           + _counter_variants(rule) + _read_order_variants(rule) + _ema_swap_variants(rule)
+           + _whole_tree_variants(rule)
            + _partition_variants(rule))
     if hasattr(getattr(rule, "base", None), "init_leaf"):
         out += base_variants(rule)

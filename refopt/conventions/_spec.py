@@ -320,8 +320,8 @@ class Oracle(Adapter):
         gs = self.prepare(t, [np.asarray(x) for x in xs], [np.asarray(g) for g in gs])
         new_x, new_s = [], []
         for x, g, s, p in zip(xs, gs, leaves, paths):
-            s = copy_state(s)
-            new_x.append(self.step_leaf(t, s, np.array(x, copy=True), np.asarray(g), p))
+            x, s = stepped(self, t, copy_state(s), np.array(x, copy=True), np.asarray(g), p)
+            new_x.append(x)
             new_s.append(s)
         return T.unflatten(td, new_x), (t, new_s)
 
@@ -335,6 +335,70 @@ class Oracle(Adapter):
         return out
 
 
+class ReadOrder(dict):
+    """A leaf's state dict (a per-step copy) whose fields named in ``fixed`` read one value for the whole step:
+    ``fixed`` {field: value}, with a wrapper's nested fields as ``'base.m'``. The step's writes to those fields
+    are set aside and :meth:`commit` stores the value the rule's own step gave them (``new``). With the value
+    before the step, every formula reads the field *before its update* (a stale read: the update placed after
+    its use); with the value after it, every formula reads it *after its update* (the update placed before a
+    use that should see the previous value). See :func:`stepped`."""
+
+    def __init__(self, s: dict, fixed: dict, new: dict):
+        super().__init__()
+        self.fixed = {k: v for k, v in fixed.items() if "." not in k}
+        self.new = {k: v for k, v in new.items() if "." not in k}
+        for k, v in s.items():
+            sub = {n.split(".", 1)[1]: w for n, w in fixed.items() if n.startswith(k + ".")}
+            subnew = {n.split(".", 1)[1]: w for n, w in new.items() if n.startswith(k + ".")}
+            dict.__setitem__(self, k, ReadOrder(v, sub, subnew) if isinstance(v, dict) and sub else v)
+        for k, v in self.fixed.items():
+            dict.__setitem__(self, k, v)
+
+    def __setitem__(self, k, v):
+        if k not in self.fixed:
+            dict.__setitem__(self, k, v)
+
+    def commit(self) -> dict:
+        out = {k: v.commit() if isinstance(v, ReadOrder) else v for k, v in self.items()}
+        out.update(self.new)
+        return out
+
+
+def stepped(oracle, t: int, s: dict, x, g, path):
+    """(new x, new state) of ``oracle.step_leaf`` on one leaf (``s`` and ``x`` copies it may write), under the
+    oracle's diagnosis switches (:mod:`refopt.conventions._generated`):
+
+    * ``reads`` {field: 'before' | 'after'}: each field so named reads, in every formula of the step, its
+      value before this step's update ('before': a stale read) or after it ('after'), while the state keeps
+      the value the rule's step gives it;
+    * ``ema_swap`` {field: (c, 'before' | 'after')}: the field's update, an EMA ``c s + (1 - c) u``, made
+      with its two weights swapped, ``(1 - c) s + c u`` (u recovered from the rule's own update), that
+      value kept and read by the step's formulas after the update ('after') or only from the next step on
+      ('before': a field the step reads before updating it)."""
+    reads, swap = oracle.switches.get("reads") or {}, oracle.switches.get("ema_swap") or {}
+    if not reads and not swap:
+        return oracle.step_leaf(t, s, x, g, path), s
+    old = flat_state(copy_state(s))
+    ref_s = copy_state(s)
+    oracle.step_leaf(t, ref_s, np.array(x, copy=True), g, path)
+    new = flat_state(ref_s)
+    here = [k for k in (*reads, *swap) if k in old and k in new]     # a leaf without the field: nothing to change
+    if not here:
+        return oracle.step_leaf(t, s, x, g, path), s
+    kept, fixed = {}, {}
+    for k in here:
+        if k in swap:
+            c, how = swap[k]
+            u = (new[k] - c * old[k]) / (1 - c)
+            kept[k] = (1 - c) * old[k] + c * u
+            fixed[k] = old[k] if how == "before" else copy_state({"a": kept[k]})["a"]
+        else:
+            kept[k] = new[k]
+            fixed[k] = old[k] if reads[k] == "before" else copy_state({"a": new[k]})["a"]
+    view = ReadOrder(s, fixed, kept)
+    return oracle.step_leaf(t, view, x, g, path), view.commit()
+
+
 def counted(t: int, how) -> int:
     """The step counter a place of an oracle reads at step t under a counter switch ``how`` ('next': t + 1,
     'prev': t - 1, 'frozen': 1, None: t)."""
@@ -342,7 +406,10 @@ def counted(t: int, how) -> int:
 
 
 def copy_state(s):
-    """A copy of a leaf's state dict (nested dicts of a wrapper's base copied too)."""
+    """A copy of a leaf's state dict (nested dicts of a wrapper's base copied too); a :class:`ReadOrder` view
+    is itself the step's copy and is returned as is (a wrapper that copies its base's state keeps the view)."""
+    if isinstance(s, ReadOrder):
+        return s
     return {k: copy_state(v) if isinstance(v, dict) else (v.copy() if isinstance(v, np.ndarray) else v)
             for k, v in s.items()}
 

@@ -19,7 +19,8 @@ import numpy as np
 from refopt import tree as T
 from refopt.testing.adapters import Adapter, RuleAdapter, from_layout, to_layout
 
-__all__ = ["Variant", "variants", "oracle_variant", "rule_variant", "base_variants", "TransposedRule", "try_replace"]
+__all__ = ["Variant", "variants", "oracle_variant", "rule_variant", "base_variants", "TransposedRule", "WholeTreeRule",
+           "try_replace"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def base_variants(rule) -> list[Variant]:
             except (TypeError, ValueError):   # e.g. a direction wrapper refuses the variant's schedule
                 continue
             out.append(rule_variant(f"{v.name} (base)", v.detail, wrapped))
-        elif v.switches is not None:
+        elif v.switches is not None and "reads" not in v.switches:   # read orders: the wrapper's own ('base.m')
             out.append(Variant(f"{v.name} (base)", v.detail,
                                lambda v=v: oracle(rule, name=f"{v.name} (base)", base=oracle(rule.base, **v.switches)),
                                switches={"base": v.switches}))
@@ -88,6 +89,41 @@ class TransposedRule(RuleAdapter):
 
     def state_arrays(self, state) -> dict:
         return {k: [None if a is None else self._b([a])[0] for a in v] for k, v in super().state_arrays(state).items()}
+
+
+class WholeTreeRule(RuleAdapter):
+    """A refopt rule run on one vector: every array of the tree raveled and concatenated, so that each norm
+    or statistic the rule takes per array is taken over the whole tree (a global trust ratio or layer
+    norm in place of per-array ones)."""
+
+    def __init__(self, rule):
+        super().__init__(rule)
+        self.name = f"{type(rule).__name__} on the whole tree as one array"
+
+    def _cat(self, tree):
+        xs, _, td = T.flatten(tree)
+        self._shapes, self._td = [np.shape(x) for x in xs], td
+        return [np.concatenate([np.ravel(np.asarray(x)) for x in xs])]
+
+    def _split(self, v):
+        out, i = [], 0
+        for shape in self._shapes:
+            n = int(np.prod(shape, dtype=np.int64))
+            out.append(np.asarray(v)[i:i + n].reshape(shape))
+            i += n
+        return out
+
+    def init(self, params):
+        return super().init(self._cat(params))
+
+    def step(self, state, params, grads):
+        x, state = super().step(state, self._cat(params), self._cat(grads))
+        return T.unflatten(self._td, self._split(x[0])), state
+
+    def state_arrays(self, state) -> dict:
+        total = sum(int(np.prod(s, dtype=np.int64)) for s in self._shapes)
+        return {k: self._split(v[0]) for k, v in super().state_arrays(state).items()
+                if v and v[0] is not None and np.size(v[0]) == total}
 
 
 # ---- the generic variants ---------------------------------------------------------------------------------

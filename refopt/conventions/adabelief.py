@@ -23,7 +23,8 @@ class AdaBeliefOracle(Oracle):
     def direction_leaf(self, t, s, x, g, path):
         r, d, sw = self.rule, x.dtype, self.switches
         m_prev = s["m"]
-        m = s["m"] = scalar(r.beta1, d) * m_prev + scalar(1.0 - r.beta1, d) * g
+        s["m"] = scalar(r.beta1, d) * m_prev + scalar(1.0 - r.beta1, d) * g
+        m = s["m"]
         dev = g - (m_prev if sw.get("deviation") == "previous" else m)
         stored = sw.get("eps_root", "stored") == "stored"
         s["s"] = scalar(r.beta2, d) * s["s"] + scalar(1.0 - r.beta2, d) * (dev * dev) + \

@@ -22,7 +22,8 @@ class AdafactorOracle(Oracle):
     form reduces the two largest axes. Switches: ``eps`` 'clamp' (torch's) | 'add' (the paper's, optax's)
     overriding the form's placement; ``relative_step`` True | False (rho_t = min(lr, 1/sqrt t) or lr) overriding
     the form's; ``factored`` False (a full second moment everywhere); ``decay32`` True | False (beta2_t in
-    float32 as optax, or in float64 as torch) overriding the form's."""
+    float32 as optax, or in float64 as torch) overriding the form's; ``norm`` 'mean' | 'sum' (V = R C / sum(R):
+    the paper's normalisation of row and column sums applied to factors kept as means)."""
 
     def _torch_perm(self, n):
         return (n - 1, n - 2, *range(n - 2))
@@ -86,7 +87,7 @@ class AdafactorOracle(Oracle):
             row = b2 * row + omb2 * np.mean(gt, axis=-1, keepdims=True)
             col = b2 * col + omb2 * np.mean(gt, axis=-2, keepdims=True)
             s["v_col"], s["v_row"] = np.transpose(row, inv), np.transpose(col, inv)
-            norm = np.mean(row, axis=-2, keepdims=True)
+            norm = np.mean(row, axis=-2, keepdims=True) * (row.shape[-2] if self.switches.get("norm") == "sum" else 1)
             if not add:
                 norm = np.maximum(norm, scalar(eps1, d))
             vhat = np.transpose(row * col / norm, inv)
@@ -96,7 +97,7 @@ class AdafactorOracle(Oracle):
             s["v_col"] = b2 * s["v_col"] + omb2 * np.mean(g2, axis=d1)
             vr = np.expand_dims(s["v_row"], d0)
             vc = np.expand_dims(s["v_col"], d1)
-            norm = np.mean(vr, axis=d1, keepdims=True)
+            norm = np.mean(vr, axis=d1, keepdims=True) * (vr.shape[d1] if self.switches.get("norm") == "sum" else 1)
             if not add:
                 norm = np.maximum(norm, scalar(eps1, d))
             vhat = vr * vc / norm
@@ -138,8 +139,10 @@ def variants(rule):
              "1 - (t - t0)^tau evaluated in " + ("float64 (torch's)" if not torch else "float32 (optax's)"),
              decay32=torch)]
     if rule.factored:
-        out.append(v(rule, "unfactored second moment", "a full v per entry in place of the row/column factors",
-                     factored=False))
+        out += [v(rule, "unfactored second moment", "a full v per entry in place of the row/column factors",
+                  factored=False),
+                v(rule, "the factored V divided by the sum of R", "V = R C / sum(R) with R and C kept as means (the "
+                  "paper's normalisation for sums): V too small by the number of rows", norm="sum")]
     return out
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from refopt.conventions._spec import (
-    NO_MAXIMIZE, CliName, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar)
+    NO_MAXIMIZE, CliName, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.adagrad import Adagrad
 
 
 class AdagradOracle(Oracle):
-    """Adagrad from the rule's docstring; switch ``eps_mode`` 'outside' | 'inside' overrides the rule's."""
+    """Adagrad from the rule's docstring; switch ``eps_mode`` 'outside' | 'inside' overrides the rule's;
+    ``counter`` {'lr_decay': 'next' | 'prev' | 'frozen'} the step the lr decay reads."""
 
     def init_leaf(self, x, path):
         return {"sum": np.full_like(x, self.rule.initial_accumulator_value)}
@@ -21,7 +22,8 @@ class AdagradOracle(Oracle):
         r, d = self.rule, x.dtype
         if r.weight_decay != 0:
             g = g + scalar(r.weight_decay, d) * x
-        acc = s["sum"] = s["sum"] + g * g
+        s["sum"] = s["sum"] + g * g
+        acc = s["sum"]
         if self.switches.get("eps_mode", r.eps_mode) == "inside":
             with np.errstate(divide="ignore"):
                 return np.where(acc > 0, g * (1 / np.sqrt(acc + scalar(r.eps, d))), 0).astype(d)
@@ -29,24 +31,25 @@ class AdagradOracle(Oracle):
 
     def step_leaf(self, t, s, x, g, path):
         r = self.rule
-        lr = r.lr * gamma(r.schedule, t) / (1 + (t - 1) * r.lr_decay)
+        tl = counted(t, self.switches.get("counter", {}).get("lr_decay"))
+        lr = r.lr * gamma(r.schedule, t) / (1 + (tl - 1) * r.lr_decay)
         return x - scalar(lr, x.dtype) * self.direction_leaf(t, s, x, g, path)
 
 
 def variants(rule):
-    from refopt.conventions._variants import oracle_variant as v, rule_variant as rv
+    from refopt.conventions._variants import oracle_variant as v, rule_variant as rv, try_replace
     other = "inside" if rule.eps_mode == "outside" else "outside"
     out = [v(rule, f"eps {other} the sqrt", "g / sqrt(s + eps) (optax)" if other == "inside"
              else "g / (sqrt(s) + eps) (torch)", eps_mode=other)]
     if rule.lr_decay:
-        out.append(rv(rule, "no lr decay", "the lr is not divided by 1 + (t - 1) lr_decay", lr_decay=0.0))
+        out.append(rv("no lr decay", "the lr is not divided by 1 + (t - 1) lr_decay", try_replace(rule, lr_decay=0.0)))
     if rule.initial_accumulator_value:
-        out.append(rv(rule, "the sum starts at 0", "s_0 = 0 (torch's default) in place of "
-                      f"{rule.initial_accumulator_value:g}", initial_accumulator_value=0.0))
+        out.append(rv("the sum starts at 0", "s_0 = 0 (torch's default) in place of "
+                      f"{rule.initial_accumulator_value:g}", try_replace(rule, initial_accumulator_value=0.0)))
     else:
-        out.append(rv(rule, "the sum starts at 0.1", "s_0 = 0.1 (optax's default) in place of 0",
-                      initial_accumulator_value=0.1))
-    return out
+        out.append(rv("the sum starts at 0.1", "s_0 = 0.1 (optax's default) in place of 0",
+                      try_replace(rule, initial_accumulator_value=0.1)))
+    return [o for o in out if o is not None]
 
 
 def facts(rule, of):
@@ -123,6 +126,8 @@ CONVENTIONS = Conventions(
     final="g/(sqrt(s) + eps) with s the sum of squared gradients: the square root, eps inside or outside, the "
           "sum's start value, or the lr decay 1/(1 + (t - 1) lr_decay)",
     per_step="the lr decay 1/(1 + (t - 1) lr_decay)",
+    counters=lambda rule: (("lr_decay", "the lr decay 1/(1 + (t - 1) lr_decay)", ("next", "prev")),)
+    if rule.lr_decay else (),
     mappings=(TORCH, OPTAX),
     no_peer={"schedulefree": "schedulefree ships the Schedule-Free optimizers only"},
     presets=(

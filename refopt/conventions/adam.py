@@ -52,18 +52,22 @@ class AdamOracle(Oracle):
         lr = self.lr * gamma(self.schedule, t)
         if self.decay == "l2":
             g = g + scalar(self.wd, d) * x
-        m = s["m"] = scalar(b1, d) * s["m"] + scalar(1.0 - b1, d) * g
-        v = s["v"] = scalar(b2, d) * s["v"] + scalar(1.0 - b2, d) * (g * g)
+        s["m"] = scalar(b1, d) * s["m"] + scalar(1.0 - b1, d) * g
+        m = s["m"]
+        s["v"] = scalar(b2, d) * s["v"] + scalar(1.0 - b2, d) * (g * g)
+        v = s["v"]
         tb = t + 1 if self.bias == "off_by_one" else t
         t1, t2 = (counted(tb, self.counter.get(k)) for k in ("bc1", "bc2"))
         bc1 = 1.0 - b1 ** t1 if self.bias in ("standard", "off_by_one", "m_only") else 1.0
         bc2 = 1.0 - b2 ** t2 if self.bias in ("standard", "off_by_one", "v_only") else 1.0
         root = math.sqrt(bc2)
         if self.amsgrad == "bias_corrected":        # optax: the maximum of vhat
-            v = s["v_max"] = np.maximum(s["v_max"], v * scalar(1.0 / bc2, d))
+            s["v_max"] = np.maximum(s["v_max"], v * scalar(1.0 / bc2, d))
+            v = s["v_max"]
             root = 1.0
         elif self.amsgrad:                           # torch: the maximum of v, then its correction
-            v = s["v_max"] = np.maximum(s["v_max"], v)
+            s["v_max"] = np.maximum(s["v_max"], v)
+            v = s["v_max"]
         step, u_scale = lr / bc1, 1.0 / bc1
         if self.nesterov:
             if self.psi is None:                     # optax.nadam: constant beta1

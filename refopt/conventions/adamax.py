@@ -28,9 +28,11 @@ class AdamaxOracle(Oracle):
         r, d = self.rule, x.dtype
         if r.weight_decay != 0 and self._decay() == "l2":
             g = g + scalar(r.weight_decay, d) * x
-        m = s["m"] = scalar(r.beta1, d) * s["m"] + scalar(1.0 - r.beta1, d) * g
+        s["m"] = scalar(r.beta1, d) * s["m"] + scalar(1.0 - r.beta1, d) * g
+        m = s["m"]
         if self.switches.get("eps_mode", "inside") == "inside":
-            u = s["u"] = np.maximum(scalar(r.beta2, d) * s["u"], np.abs(g) + scalar(r.eps, d))
+            s["u"] = np.maximum(scalar(r.beta2, d) * s["u"], np.abs(g) + scalar(r.eps, d))
+            u = s["u"]
         else:
             s["u"] = np.maximum(scalar(r.beta2, d) * s["u"], np.abs(g))
             u = s["u"] + scalar(r.eps, d)

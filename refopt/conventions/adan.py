@@ -14,14 +14,16 @@ from refopt.rules.adan import Adan
 
 class AdanOracle(Oracle):
     """Adan from the rule's docstring. Switches: ``decay`` 'added' (optax's) | 'proximal' (the paper's
-    (x - lr u)/(1 + lr wd)); ``counter`` {'bc1' | 'bc2' | 'bc3': 'next' | 'prev' | 'frozen'}."""
+    (x - lr u)/(1 + lr wd)); ``first_diff`` 'zero' (d_1 = 0, the paper's and optax's) | 'from_zero' (the previous
+    gradient initialised to 0, so d_1 = g_1); ``counter`` {'bc1' | 'bc2' | 'bc3': 'next' | 'prev' | 'frozen'}."""
 
     def init_leaf(self, x, path):
         return {k: np.zeros_like(x) for k in ("m", "v", "n", "prev")}
 
     def direction_leaf(self, t, s, x, g, path):
         r, d = self.rule, x.dtype
-        diff = np.zeros_like(g) if t == 1 else g - s["prev"]
+        first_zero = t == 1 and self.switches.get("first_diff") != "from_zero"
+        diff = np.zeros_like(g) if first_zero else g - s["prev"]
         s["prev"] = g.copy()
         s["m"] = scalar(r.beta1, d) * s["m"] + scalar(1 - r.beta1, d) * g
         s["v"] = scalar(r.beta2, d) * s["v"] + scalar(1 - r.beta2, d) * diff
@@ -43,8 +45,12 @@ class AdanOracle(Oracle):
 
 def variants(rule):
     from refopt.conventions._variants import oracle_variant as v
-    return [v(rule, "the paper's proximal decay", "(x - lr u)/(1 + lr wd) in place of x - lr (u + wd x)",
-              decay="proximal")] if rule.weight_decay else []
+    out = [v(rule, "the first gradient difference g_1 - 0", "d_1 = g_1 (the previous gradient initialised to 0) in "
+             "place of d_1 = 0", first_diff="from_zero")]
+    if rule.weight_decay:
+        out.append(v(rule, "the paper's proximal decay", "(x - lr u)/(1 + lr wd) in place of x - lr (u + wd x)",
+                     decay="proximal"))
+    return out
 
 
 def facts(rule, of):

@@ -14,7 +14,9 @@ from refopt.rules.sgd import SGD
 
 class HyperballOracle(Oracle):
     """y = W - lr gamma_t R u/||u||; W <- R y/||y|| (N(0) = 0), R = ||W_0||_F (or ``radius``) kept, norms in
-    float64; u the base rule's direction (its oracle; switch ``base`` for another)."""
+    float64; u the base rule's direction (its oracle; switch ``base`` for another). Switches: ``step`` 'radius' |
+    'unit' (W - lr gamma_t u/||u||, the radius left out of the step); ``retract`` 'whole' | 'columns' (each
+    column of y normalised to R/sqrt(fan_out) in place of the whole array to R)."""
 
     def __init__(self, rule, name=None, **sw):
         from refopt.conventions import oracle
@@ -28,15 +30,24 @@ class HyperballOracle(Oracle):
     def step_leaf(self, t, s, x, g, path):
         u = self.base.direction_leaf(t, s["base"], x, g, path)
         r, lr = float(s["radius"]), self.rule.lr * gamma(self.rule.schedule, t)
-        nu = norm64(u)
-        y = x - scalar(lr * r / nu, x.dtype) * u if nu > 0 else x.copy()
+        nu, sw = norm64(u), self.switches
+        step = lr if sw.get("step") == "unit" else lr * r
+        y = x - scalar(step / nu, x.dtype) * u if nu > 0 else x.copy()
+        if sw.get("retract") == "columns" and y.ndim >= 2:
+            y2 = y.reshape(-1, y.shape[-1])
+            n = np.sqrt(np.sum(np.asarray(y2, np.float64) ** 2, axis=0))
+            f = np.where(n > 0, r / np.sqrt(y2.shape[1]) / np.where(n > 0, n, 1.0), 1.0)
+            return (y2 * f.astype(x.dtype)).reshape(y.shape)
         ny = norm64(y)
         return scalar(r / ny, x.dtype) * y if ny > 0 else y
 
 
 def variants(rule):
-    from refopt.conventions._variants import base_variants
-    return base_variants(rule)
+    from refopt.conventions._variants import base_variants, oracle_variant as v
+    return [v(rule, "the step without the radius", "y = W - lr N(u) in place of W - lr R N(u) (the step's length "
+              "lr, not lr R, on the sphere of radius R)", step="unit"),
+            v(rule, "the retraction per column", "each column of y normalised to R/sqrt(fan_out) in place of the "
+              "whole array to ||y||_F = R", retract="columns")] + base_variants(rule)
 
 
 def facts(rule, of):

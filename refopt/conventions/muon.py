@@ -44,7 +44,8 @@ class MuonOracle(Oracle):
             w_m, w_g = mu / (1.0 - mu ** (t + 1)), (1.0 - mu) / (1.0 - mu ** t)
         else:
             w_m, w_g = 1.0 / (1.0 - mu ** t), 0.0
-        m = s["m"] = scalar(mu, d) * s["m"] + scalar(1.0 - mu, d) * g
+        s["m"] = scalar(mu, d) * s["m"] + scalar(1.0 - mu, d) * g
+        m = s["m"]
         M = (scalar(w_m, d) * m + scalar(w_g, d) * g).reshape(matrix_shape(x.shape))
         if r.msign == "svd":
             O = _msign_svd(M, None)

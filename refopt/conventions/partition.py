@@ -31,7 +31,12 @@ class PartitionOracle(Oracle):
         return self.subs[self._label(path, x)].init_leaf(x, path)
 
     def step_leaf(self, t, s, x, g, path):
-        return self.subs[self._label(path, x)].step_leaf(t, s, x, g, path)
+        from refopt.conventions._spec import stepped
+        x, new = stepped(self.subs[self._label(path, x)], t, s, x, g, path)   # a group's read-order variant
+        if new is not s:
+            s.clear()
+            s.update(new)
+        return x
 
     def direction_leaf(self, t, s, x, g, path):
         return self.subs[self._label(path, x)].direction_leaf(t, s, x, g, path)

@@ -15,7 +15,8 @@ from refopt.rules.radam import RAdam, rectification, sma_length
 class RAdamOracle(Oracle):
     """RAdam from the rule's docstring. Switches: ``eps_mode`` 'uncorrected' | 'corrected' overriding the
     rule's; ``threshold`` a number in place of the rule's; ``decay`` 'l2' | 'decoupled' overriding the rule's;
-    ``counter`` {'bc1' | 'bc2' | 'rho': 'next' | 'prev' | 'frozen'} (rho: the step rho_t and r_t read)."""
+    ``counter`` {'bc1' | 'bc2' | 'rho': 'next' | 'prev' | 'frozen'} (rho: the step rho_t and r_t read);
+    ``momentum_phase`` 'corrected' | 'uncorrected' (the steps before the rectified ones take the raw m)."""
 
     def init_leaf(self, x, path):
         return {"m": np.zeros_like(x), "v": np.zeros_like(x)}
@@ -27,8 +28,10 @@ class RAdamOracle(Oracle):
         r, d, sw = self.rule, x.dtype, self.switches
         if r.weight_decay != 0 and self._decay() == "l2":
             g = g + scalar(r.weight_decay, d) * x
-        m = s["m"] = scalar(r.beta1, d) * s["m"] + scalar(1.0 - r.beta1, d) * g
-        v = s["v"] = scalar(r.beta2, d) * s["v"] + scalar(1.0 - r.beta2, d) * (g * g)
+        s["m"] = scalar(r.beta1, d) * s["m"] + scalar(1.0 - r.beta1, d) * g
+        m = s["m"]
+        s["v"] = scalar(r.beta2, d) * s["v"] + scalar(1.0 - r.beta2, d) * (g * g)
+        v = s["v"]
         c = sw.get("counter", {})
         t1, t2, tr = (counted(t, c.get(k)) for k in ("bc1", "bc2", "rho"))
         bc1, bc2 = 1.0 - r.beta1 ** t1, 1.0 - r.beta2 ** t2
@@ -38,7 +41,7 @@ class RAdamOracle(Oracle):
         else:
             m_hat = m / scalar(bc1, d)
         if not tr >= 1 or sma_length(r.beta2, tr)[0] <= sw.get("threshold", r.threshold):
-            return m_hat
+            return m if sw.get("momentum_phase") == "uncorrected" else m_hat
         rect, eps, er = scalar(rectification(r.beta2, tr), d), scalar(r.eps, d), scalar(r.eps_root, d)
         if sw.get("eps_mode", r.eps_mode) == "corrected":
             return rect * m_hat / (np.sqrt(v / scalar(bc2, d) + er) + eps)
@@ -55,7 +58,9 @@ class RAdamOracle(Oracle):
 def variants(rule):
     from refopt.conventions._variants import oracle_variant as v
     out = [v(rule, "the paper's threshold 4", "the rectified step from rho_t > 4 in place of "
-             f"{rule.threshold:g}", threshold=4.0)]
+             f"{rule.threshold:g}", threshold=4.0),
+           v(rule, "no bias correction in the momentum steps", "the steps before the rectified ones (rho_t <= "
+             f"{rule.threshold:g}) take the raw m_t in place of m_t/(1 - beta1^t)", momentum_phase="uncorrected")]
     if rule.weight_decay:
         other = "l2" if rule.decoupled_weight_decay else "decoupled"
         out.append(v(rule, "decoupled_weight_decay flipped", f"the decay as {'an L2 term in g' if other == 'l2' else 'x (1 - lr wd)'}",

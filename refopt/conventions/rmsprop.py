@@ -23,12 +23,14 @@ class RMSpropOracle(Oracle):
         r, d = self.rule, x.dtype
         if r.weight_decay != 0:
             g = g + scalar(r.weight_decay, d) * x
-        v = s["v"] = scalar(r.alpha, d) * s["v"] + scalar(1.0 - r.alpha, d) * (g * g)
+        s["v"] = scalar(r.alpha, d) * s["v"] + scalar(1.0 - r.alpha, d) * (g * g)
+        v = s["v"]
         bc = scalar(1.0 - r.alpha ** t, d) if r.bias_correction else None
         if bc is not None:
             v = v / bc
         if r.centered:
-            a = s["g_avg"] = s["g_avg"] + scalar(1.0 - r.alpha, d) * (g - s["g_avg"])
+            s["g_avg"] = s["g_avg"] + scalar(1.0 - r.alpha, d) * (g - s["g_avg"])
+            a = s["g_avg"]
             v = v - (a / bc if bc is not None else a) ** 2
         eps = scalar(r.eps, d)
         den = np.sqrt(v + eps) if self.switches.get("eps_mode", r.eps_mode) == "inside" else np.sqrt(v) + eps

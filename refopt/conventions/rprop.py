@@ -12,7 +12,9 @@ from refopt.rules.rprop import Rprop
 
 class RpropOracle(Oracle):
     """Rprop from the rule's docstring. Switches: ``form`` 'torch' | 'optax' overriding the rule's;
-    ``backtrack`` False | True (Riedmiller & Braun's weight backtracking: on a flip, undo the last move)."""
+    ``backtrack`` False | True (Riedmiller & Braun's weight backtracking: on a flip, undo the last move);
+    ``zeroing`` True | False (Rprop-: the gradient kept on a flip, so the entry moves and the next step compares
+    with it, in place of iRprop-'s g = 0)."""
 
     def init_leaf(self, x, path):
         return {"prev": np.zeros_like(x), "step_size": np.full_like(x, self.rule.lr), "last": np.zeros_like(x)}
@@ -26,7 +28,7 @@ class RpropOracle(Oracle):
         st = np.clip(s["step_size"] * factor, scalar(r.step_size_min, d), scalar(r.step_size_max, d))
         if optax:
             st = np.where(p == 0, s["step_size"], st)
-        g_eff = np.where(p < 0, scalar(0.0, d), g)
+        g_eff = g if self.switches.get("zeroing") is False else np.where(p < 0, scalar(0.0, d), g)
         s["prev"], s["step_size"] = g_eff, st.astype(d)
         if optax:
             u = np.where(p < 0, scalar(0.0, d), u_old)
@@ -44,7 +46,10 @@ class RpropOracle(Oracle):
 def variants(rule):
     from refopt.conventions._variants import oracle_variant as v
     return [v(rule, "weight backtracking", "on a sign flip the last move is undone (Riedmiller & Braun's "
-              "original Rprop) in place of no move", backtrack=True)]
+              "original Rprop) in place of no move", backtrack=True),
+            v(rule, "no gradient zeroing after a flip", "Rprop- (Igel & Huesken 2000): on a sign flip the step "
+              "size shrinks but the gradient is kept (the entry moves, the next step compares with it), in place "
+              "of iRprop-'s g = 0 there", zeroing=False)]
 
 
 def facts(rule, of):

@@ -20,7 +20,8 @@ class ScheduleFreeOracle(Oracle):
     gamma_t = lr schedule(t) min(1, t/W); lr_max_t = max(lr_max_{t-1}, gamma_t); weight w_t = t^r lr_max_t^p;
     c_t = w_t / sum_{k <= t} w_k; z <- z - gamma_t g (SGD: g + lambda y; AdamW: decoupled decay, then
     g/(sqrt(v/bc2) + eps)); x <- (1 - c_t) x + c_t z; y <- beta x + (1 - beta) z. Switches:
-    ``warmup_lag`` (the z step uses min(1, (t-1)/W): optax), ``decay_at_z``."""
+    ``warmup_lag`` (the z step uses min(1, (t-1)/W): optax), ``decay_at_z``; ``decay_at`` 'x' (AdamW's decay
+    taken at the average x, neither at y nor at z)."""
 
     def __init__(self, rule, name=None, **sw):
         super().__init__(rule, name, **sw)
@@ -54,8 +55,10 @@ class ScheduleFreeOracle(Oracle):
         z, x = s["z"], s["x"]
         if self.adamw:
             if r.weight_decay != 0:
-                z = z - scalar(lr * r.weight_decay, d) * (z if self.at_z else y)
-            v = s["v"] = s["v"] * scalar(r.beta2, d) + scalar(1.0 - r.beta2, d) * g * g
+                at = self.switches.get("decay_at", "z" if self.at_z else "y")
+                z = z - scalar(lr * r.weight_decay, d) * {"z": z, "y": y, "x": x}[at]
+            s["v"] = s["v"] * scalar(r.beta2, d) + scalar(1.0 - r.beta2, d) * g * g
+            v = s["v"]
             z = z + scalar(-lr, d) * g / (np.sqrt(v / scalar(1.0 - r.beta2 ** t, d)) + scalar(r.eps, d))
             beta = r.beta1
         else:
@@ -63,9 +66,9 @@ class ScheduleFreeOracle(Oracle):
                 g = g + scalar(r.weight_decay, d) * y
             z = z - scalar(lr, d) * g
             beta = r.beta
-        x = x * scalar(1.0 - c, d) + scalar(c, d) * z
-        s["z"], s["x"] = z, x
-        return x * scalar(beta, d) + scalar(1.0 - beta, d) * z
+        s["z"] = z
+        s["x"] = x * scalar(1.0 - c, d) + scalar(c, d) * s["z"]
+        return s["x"] * scalar(beta, d) + scalar(1.0 - beta, d) * s["z"]
 
 
 def variants(rule):
@@ -74,7 +77,9 @@ def variants(rule):
     out = [v(rule, "warmup lag flipped", "the z step uses the warmup of the previous step (optax#1744) or not",
              warmup_lag=not rule.warmup_lag)] if rule.warmup_steps else []
     if isinstance(rule, ScheduleFreeAdamW) and rule.weight_decay:
-        out.append(v(rule, "decay_at_z flipped", "decoupled decay at z vs at y", decay_at_z=not rule.decay_at_z))
+        out += [v(rule, "decay_at_z flipped", "decoupled decay at z vs at y", decay_at_z=not rule.decay_at_z),
+                v(rule, "decay at the average x", "z <- z - lr wd x (the average) in place of the decay at "
+                  f"{'z' if rule.decay_at_z else 'the params y'}", decay_at="x")]
     return out
 
 

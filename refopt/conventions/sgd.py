@@ -32,12 +32,12 @@ class SGDOracle(Oracle):
             g = g + scalar(self.wd, d) * x
         if self.mu == 0:
             return g
-        b = s["b"]
-        prev = b.copy()
+        prev = s["b"]
         if t == 1 and not self.dampen_first:
-            b[...] = g
+            s["b"] = g.copy()
         else:
-            b[...] = scalar(self.mu, d) * b + scalar(1.0 - self.tau, d) * g
+            s["b"] = scalar(self.mu, d) * prev + scalar(1.0 - self.tau, d) * g
+        b = s["b"]
         if self.nesterov == "standard":
             return g + scalar(self.mu, d) * b
         if self.nesterov == "previous":

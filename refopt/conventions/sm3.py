@@ -29,7 +29,8 @@ class SM3Oracle(Oracle):
                 *[c.reshape([1] * i + [-1] + [1] * (k - i - 1)) for i, c in enumerate(s["covers"])])), axis=0)
             s["covers"] = [np.max(np.moveaxis(nu, i, 0).reshape(x.shape[i], -1), axis=1) for i in range(k)]
         else:
-            nu = s["acc"] = g * g + s["acc"]
+            s["acc"] = g * g + s["acc"]
+            nu = s["acc"]
         u = np.zeros_like(g)
         pos = nu > 0
         u[pos] = g[pos] / np.sqrt(nu[pos] + scalar(r.eps, d))

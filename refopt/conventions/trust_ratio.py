@@ -19,8 +19,10 @@ class TrustRatioOracle(Oracle):
     """LARS and LAMB from the rules' docstrings, norms in float64. Switches: ``zero`` 'one' (ratio 1 at a zero
     norm, optax's) | 'none' (no step there, Covariant's); LARS: ``ratio`` 'optax' (eta ||x||/(||g + wd x|| +
     eps)) | 'paper' (eta ||x||/(||g|| + wd ||x||)), ``order`` 'ratio_first' (momentum of the ratio-scaled
-    steps) | 'momentum_first' (the ratio of the momentum, as Covariant(SGD(momentum))); LAMB: ``decay``
-    'before_ratio' | 'after_ratio' (wd x added after the ratio, AdamW-like), ``counter`` {'bc1' | 'bc2': ...}."""
+    steps) | 'momentum_first' (the ratio of the momentum, as Covariant(SGD(momentum))) | 'momentum_first_ratio_of_u'
+    (the momentum of g + wd x scaled by the ratio of g + wd x); LAMB: ``decay``
+    'before_ratio' | 'after_ratio' (wd x added after the ratio, AdamW-like) | 'ratio_without_decay' (the ratio
+    of the Adam direction alone applied to u_adam + wd x), ``counter`` {'bc1' | 'bc2': ...}."""
 
     def init_leaf(self, x, path):
         if isinstance(self.rule, Fromage):
@@ -50,9 +52,10 @@ class TrustRatioOracle(Oracle):
             u = g + scalar(r.weight_decay, d) * x
             den = norm64(g) + r.weight_decay * norm64(x) if sw.get("ratio") == "paper" else None
             mu = scalar(r.momentum, d)
-            if sw.get("order") == "momentum_first":
+            if sw.get("order") in ("momentum_first", "momentum_first_ratio_of_u"):
                 s["b"] = mu * s["b"] + u
-                a = self._ratio(x, s["b"], r.trust_coefficient, r.eps)
+                a = (self._ratio(x, s["b"], r.trust_coefficient, r.eps) if sw["order"] == "momentum_first"
+                     else self._ratio(x, u, r.trust_coefficient, r.eps, den))
                 return x if a is None else x - scalar(lr * a, d) * s["b"]
             a = self._ratio(x, u, r.trust_coefficient, r.eps, den)
             step = scalar(lr * (0.0 if a is None else a), d) * u
@@ -66,8 +69,10 @@ class TrustRatioOracle(Oracle):
         if sw.get("decay") == "after_ratio":
             a = self._ratio(x, u)
             return x - scalar(lr * (0.0 if a is None else a), d) * u - scalar(lr * r.weight_decay, d) * x
+        a = self._ratio(x, u) if sw.get("decay") == "ratio_without_decay" else None
         u = u + scalar(r.weight_decay, d) * x
-        a = self._ratio(x, u)
+        if sw.get("decay") != "ratio_without_decay":
+            a = self._ratio(x, u)
         return x if a is None else x - scalar(lr * a, d) * u
 
 
@@ -82,10 +87,16 @@ def variants(rule):
         out += [v(rule, "the paper's ratio", "eta ||x|| / (||g|| + wd ||x||) (You et al. 2017) in place of "
                   "eta ||x|| / (||g + wd x|| + eps)", ratio="paper"),
                 v(rule, "the ratio of the momentum", "b = mu b + u, x -= lr r(b) b (Covariant(SGD(momentum))) in "
-                  "place of the momentum of the ratio-scaled steps", order="momentum_first")]
+                  "place of the momentum of the ratio-scaled steps", order="momentum_first"),
+                v(rule, "the momentum of the raw update", "b = mu b + u, x -= lr r(u) b (the ratio of this step's "
+                  "update g + wd x scaling the buffer) in place of the momentum of the ratio-scaled steps",
+                  order="momentum_first_ratio_of_u")]
     else:
-        out.append(v(rule, "decay after the ratio", "x -= lr (r u_adam + wd x) (AdamW-like) in place of the "
-                     "ratio of u_adam + wd x", decay="after_ratio"))
+        out.extend((v(rule, "decay after the ratio", "x -= lr (r u_adam + wd x) (AdamW-like) in place of the "
+                     "ratio of u_adam + wd x", decay="after_ratio"),
+                    v(rule, "the ratio of the Adam direction alone", "r = ||x||/||u_adam|| (taken before wd x is "
+                      "added) applied to u_adam + wd x, in place of the ratio of u_adam + wd x",
+                      decay="ratio_without_decay")))
     return out
 
 

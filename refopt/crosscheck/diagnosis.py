@@ -124,6 +124,7 @@ def _distance(v, r, metric: str) -> np.ndarray:
             vr, _ = trajectory(v.make(), r["prob"].leaves, r["grads"], state="all" if r.get("state_only") else None)
     except Exception as e:  # noqa: BLE001 - reported in Ranking.not_run (and by --debug), not swallowed
         raise _NotRun(r["prob"].name, f"{type(e).__name__}: {e}") from None
-    if r.get("state_only"):
-        return state_distance(vr, r["other"], r["state"])
-    return getattr(figures(vr, r["other"], r["prob"].leaves), metric).max(axis=1, initial=0.0)
+    with np.errstate(all="ignore"):     # a variant that runs into a NaN or inf is far (inf), not a warning
+        if r.get("state_only"):
+            return state_distance(vr, r["other"], r["state"])
+        return getattr(figures(vr, r["other"], r["prob"].leaves), metric).max(axis=1, initial=0.0)

@@ -11,6 +11,9 @@ refopt's and the implementation's params and state after every step, on every pr
   to the next (momentum, a counter, the state's update);
 * **leaves**: whether only some leaves differ, by ndim (vectors against matrices: a per-group option such
   as no decay on biases) or by :class:`~refopt.rules.partition.Partition` label;
+* **a shape scale**: at step 1 (the same params, gradient and state on both sides) the ratio r_i of your
+  update to refopt's per leaf (with a decay: of the updates without refopt's decay term), fitted to
+  k f(shape) for a simple function f of fan_in, fan_out and the size (:func:`_shape_scale`);
 * **the update's shape**: per step t and leaf i the least-squares ratio and the cosine of the
   implementation's update D' against refopt's D (both from their own previous params)::
 
@@ -112,10 +115,11 @@ def ratio_patterns(rule, steps: int) -> list[tuple[str, np.ndarray]]:
     out = []
     for name, b in _betas(rule):
         bc, nxt, one = 1 - b ** t, 1 - b ** (t + 1), 1 - b
-        for what, r in ((f"the bias correction of {name} reads t + 1", bc / nxt),
-                        (f"the bias correction of {name} is frozen at t = 1", bc / one),
-                        (f"the bias correction of {name} is missing", bc)):
-            out.append((f"c_t = {what} (1 - {name}^t form)", r))
+        for what, r, extra in ((f"the bias correction of {name} reads t + 1", bc / nxt, ""),
+                               (f"the bias correction of {name} is frozen at t = 1", bc / one, ""),
+                               (f"the bias correction of {name} is missing", bc,
+                                f"; or an extra 1 - {name}^t divides a term the rule leaves uncorrected")):
+            out.append((f"c_t = {what} (1 - {name}^t form{extra})", r))
             out.append((f"c_t = {what} (sqrt(1 - {name}^t) form, a second moment)", 1 / np.sqrt(r)))
     for name, s in _schedules(rule):
         g = _read(s, 0, t)
@@ -196,8 +200,9 @@ def gather(rule, runs: list) -> Evidence:
     """The evidence from ``runs``: one dict per problem with keys problem, paths, leaves (initial params),
     ref and other (:class:`~refopt.crosscheck.run.Trajectory`, state recorded), prel (params rel, steps x
     leaves), state ({field: (entry, rel array (steps, leaves) or None)}), tol (the gate {figure: rel}),
-    agree (bool). The lead is the most specific finding, in this order: a decay term in the difference,
-    a state field off by a constant factor (it says where a constant update ratio comes from), a constant
+    agree (bool), grads (the gradients of every step). The lead is the most specific finding, in this order:
+    a decay term in the difference, a state field off by a constant factor (it says where a constant update
+    ratio comes from), a scale that is a function of the shape, a constant
     or named pattern of the update ratio, one group of leaves,
     the state fields that differ, the step's final formula (the state agrees, the direction does not), the
     rule's per-step factors (the ratio varies with t)."""
@@ -245,6 +250,10 @@ def gather(rule, runs: list) -> Evidence:
     if decay:
         ev.lines.append(decay)
         leads["decay"] = decay
+    scale = _shape_scale(rule, bad)
+    if scale:
+        ev.lines.append(scale)
+        leads["shape_scale"] = scale
     shape = _shape(rule, bad)
     if shape:
         line, lead, kind = shape
@@ -260,7 +269,7 @@ def gather(rule, runs: list) -> Evidence:
             leads["per_step"] = ("your update is refopt's times a factor that changes from step to step (the updates "
                                  "are parallel): one of the rule's per-step factors differs -- "
                                  + ("; ".join(per) if per else "a per-step scale"))
-    for key in ("decay", "state_ratio", "shape", "group", "state", "final", "per_step"):
+    for key in ("decay", "state_ratio", "shape_scale", "shape", "group", "state", "final", "per_step"):
         if key in leads:
             ev.lead = leads[key]
             break
@@ -372,7 +381,9 @@ def _decay(rule, bad) -> str | None:
     of the two sides' previous params): a decay term differs. Where the rule has a decoupled decay (lr_t wd
     per step, lr_t = lr gamma_t), each named form of your decay rate rho_t is tested exactly against the
     two sides' own params, e_t = -rho_t x'_{t-1} + lr_t wd x_{t-1}: the opposite sign, missing, twice, the
-    peak lr in place of the scheduled one, not multiplied by the lr."""
+    peak lr in place of the scheduled one, not multiplied by the lr (AdamW's lr-independent decay, gamma_t wd:
+    not scheduled, multiplied by the lr). In a Partition whose leaves of one group differ, that group's rule
+    is the reference, and the other groups' lr in place of its own is one more form."""
     r, steps = bad[0], []
     for t, leaves in enumerate(_steps(r["ref"], r["other"], r["leaves"], WINDOW_DECAY)):
         if any(leaf is None for leaf in leaves):
@@ -398,31 +409,56 @@ def _decay(rule, bad) -> str | None:
         return None
     head = ("the difference of the updates is proportional to the params at every step (e_t = k_t x_{t-1}, "
             f"k = {', '.join(f'{k:.4g}' for _, k in ks[:3])}{' ...' if len(ks) > 3 else ''}): a decay term differs")
-    lr, wd, sched = getattr(rule, "lr", None), getattr(rule, "weight_decay", None), getattr(rule, "schedule", None)
+    sub, where, others = rule, "", {}
+    labels = _groups(rule, r["paths"], r["leaves"])
+    if labels is not None:       # a Partition: the decay of the one group whose leaves differ, against its own rule
+        moved = {labels[i] for _, ls in steps for i, (e, _, _) in enumerate(ls) if float(np.linalg.norm(e)) > 0.05 * big}
+        if len(moved) != 1:
+            return head + f" (in the groups {', '.join(sorted(moved))})"
+        (label,) = moved
+        sub, where = rule.rules[label], f" (group {label!r})"
+        others = {h: getattr(o, "lr", None) for h, o in rule.rules.items() if h != label}
+        steps = [(t, [leaf for i, leaf in enumerate(ls) if labels[i] == label]) for t, ls in steps]
+        head += where
+    lr, wd, sched = getattr(sub, "lr", None), getattr(sub, "weight_decay", None), getattr(sub, "schedule", None)
     if not (isinstance(lr, float) and isinstance(wd, float)) or wd == 0 or lr == 0:
         return head + " (your step multiplies the params by 1 + k_t more than refopt's)"
     def lr_at(t):
         return lr * (1.0 if sched is None else float(sched(t)))
 
-    for what, rho in (("the decay has the opposite sign: x (1 + lr wd) in place of x (1 - lr wd)", lambda lt: -lt * wd),
-                      ("the decay is missing", lambda lt: 0.0),
-                      ("the decay is applied twice", lambda lt: 2 * lt * wd),
-                      ("the decay uses the peak lr, not the scheduled lr_t = lr gamma_t", lambda lt: lr * wd),
-                      ("the decay is not multiplied by the lr: x (1 - wd)", lambda lt: wd)):
+    independent = getattr(rule, "wd_mode", None) == "independent"    # AdamW's: gamma_t wd per step, not lr_t wd
+
+    def ref_rate(t):
+        return lr_at(t) / lr * wd if independent else lr_at(t) * wd
+
+    forms = [("the decay has the opposite sign: x (1 + rho_t) in place of x (1 - rho_t)", lambda t: -ref_rate(t)),
+             ("the decay is missing", lambda t: 0.0),
+             ("the decay is applied twice", lambda t: 2 * ref_rate(t))]
+    if independent:
+        forms += [("the lr-independent decay is not scheduled: x (1 - wd) in place of x (1 - gamma_t wd)",
+                   lambda t: wd),
+                  ("the decay is multiplied by the lr (decoupled, lr_t wd) in place of the lr-independent gamma_t wd",
+                   lambda t: lr_at(t) * wd)]
+    else:
+        forms += [("the decay uses the peak lr, not the scheduled lr_t = lr gamma_t", lambda t: lr * wd),
+                  ("the decay is not multiplied by the lr: x (1 - wd)", lambda t: wd)]
+        forms += [(f"the decay uses the lr of group {h!r} ({lr_h:g}) in place of its own group's ({lr:g})",
+                   lambda t, lr_h=lr_h: lr_at(t) / lr * lr_h * wd)
+                  for h, lr_h in others.items() if isinstance(lr_h, float) and lr_h != lr]
+    for what, rho in forms:
         ok = True
         for t, ls in steps:
-            lt = lr_at(t)
             for e, xo, xr in ls:
-                want = -rho(lt) * xo + lt * wd * xr
+                want = -rho(t) * xo + ref_rate(t) * xr
                 if float(np.linalg.norm(e - want)) > DECAY_FIT * max(float(np.linalg.norm(e)), 1e-300):
                     ok = False
         if ok:
             return f"{head}: {what}"
-    ratio = np.array([k / (lr_at(t) * wd) for t, k in ks])
+    ratio = np.array([k / ref_rate(t) for t, k in ks])
     if np.all(np.abs(ratio - 1) <= 10 * DECAY_FIT):
         return (f"{head}: refopt's decay term lr_t wd x is missing from your step at every step (with L2 decay in the "
                 f"gradient: the term left out of one of the places your step uses the gradient, e.g. a look-ahead)")
-    return head + f" ({ks[0][1] / (lr * wd):.4g} lr wd at step {ks[0][0]})"
+    return head + f" ({ks[0][1] / ref_rate(ks[0][0]):.4g} x refopt's decay rate at step {ks[0][0]})"
 
 
 WINDOW_DECAY = 5   # steps the decay fit reads (the two sides' params drift apart later)
@@ -495,3 +531,155 @@ def _same_signs(bad) -> bool:
                 if leaf is None or not np.all(np.sign(leaf[3][leaf[1] != 0]) == np.sign(leaf[1][leaf[1] != 0])):
                     return False
     return True
+
+
+SHAPE_FIT = 1e-9    # relative residual within which your step-1 update is a multiple of refopt's on a leaf
+
+
+def _shape_functions(fi: int, fo: int, n: int) -> list[tuple[str, float]]:
+    """(name, value) of the simple functions of a leaf's shape a scale is made of: fan_in, fan_out (refopt's
+    ``x @ W`` layout, :func:`~refopt.rules.muon_shape.matrix_shape`), their max, min, ratios and the size,
+    each to the powers 1/2, 1, -1/2 and -1, and the max(1, .) forms of the ratios."""
+    mm = (max(fi, fo), min(fi, fo))
+    out = []
+    for name, q in (("fan_in", fi), ("fan_out", fo), ("max(fan_in, fan_out)", mm[0]), ("min(fan_in, fan_out)", mm[1]),
+                    ("size", n)):
+        out += [(f"sqrt({name})", math.sqrt(q)), (name, float(q)), (f"1/sqrt({name})", 1 / math.sqrt(q)),
+                (f"1/{name}", 1 / q)]
+    for name, q in (("fan_out/fan_in", fo / fi), ("fan_in/fan_out", fi / fo),
+                    ("min(fan_in, fan_out)/max(fan_in, fan_out)", mm[1] / mm[0]),
+                    ("max(1, fan_out/fan_in)", max(1.0, fo / fi)), ("max(1, fan_in/fan_out)", max(1.0, fi / fo))):
+        out += [(f"sqrt({name})", math.sqrt(q)), (name, float(q))]
+    return out
+
+
+def _without_decay(rule):
+    """The rule (or its base) with weight_decay 0, or None when it has no decay."""
+    if isinstance(getattr(rule, "weight_decay", None), float) and rule.weight_decay > 0:
+        return dataclasses.replace(rule, weight_decay=0.0)
+    base = getattr(rule, "base", None)
+    if hasattr(base, "init_leaf") and isinstance(getattr(base, "weight_decay", None), float) and base.weight_decay > 0:
+        return dataclasses.replace(rule, base=dataclasses.replace(base, weight_decay=0.0))
+    return None
+
+
+def _rule_scale(rule):
+    """The rule's own shape scale s(shape) where it has one (Muon's ``scale``), else None."""
+    from refopt.rules.muon_shape import _SCALES, muon_scale
+
+    scale = getattr(rule, "scale", None)
+    if isinstance(scale, str) and scale in _SCALES:
+        return lambda shape: muon_scale(shape, scale)
+    return None
+
+
+def _step1_ratios(rule, r) -> list | None:
+    """Per leaf of one problem, at step 1 (the same params, gradient and initial state on both sides):
+    (shape, r) with your update D'_1 = r D_1 (or, where the rule has a decay, your update less refopt's
+    decay term = r (refopt's update without its decay)), or None when a differing leaf fits neither."""
+    from refopt.crosscheck.run import trajectory
+    from refopt.testing.adapters import RuleAdapter
+
+    leaves = next(_steps(r["ref"], r["other"], r["leaves"], 1), None)
+    if leaves is None or any(leaf is None for leaf in leaves):
+        return None
+    bare = _without_decay(rule)
+    try:
+        d0 = None if bare is None else [np.asarray(a, np.float64) - np.asarray(x, np.float64) for a, x in
+                                        zip(trajectory(RuleAdapter(bare), r["leaves"], r["grads"][:1])[0].params[0],
+                                            r["leaves"])]
+    except (ValueError, TypeError):     # a rule that refuses weight_decay=0: no decay-free fit
+        d0 = None
+    out = []
+    for i, (_, dr, _, do) in enumerate(leaves):
+        fits = [(dr, np.zeros_like(dr))] + ([] if d0 is None else [(d0[i], dr - d0[i])])
+        hit = None
+        for j, (direction, decay) in enumerate(fits):
+            u, v = (do - decay).ravel(), direction.ravel()
+            nv = float(v @ v)
+            if nv == 0 or not np.all(np.isfinite(u)):
+                continue
+            k = float(u @ v) / nv
+            if float(np.linalg.norm(u - k * v)) <= SHAPE_FIT * max(float(np.linalg.norm(u)), 1e-300):
+                hit = (k, j == 1)
+                break
+        if hit is None:
+            if np.array_equal(do, dr):
+                continue
+            return None
+        out.append((r["leaves"][i].shape, *hit))
+    return out
+
+
+def _fans(shape) -> tuple[int, int, int]:
+    """(fan_in, fan_out, size) of a shape (:func:`~refopt.rules.muon_shape.matrix_shape`; a vector: (1, n, n))."""
+    n = int(math.prod(shape))
+    return (int(math.prod(shape[:-1])), int(shape[-1]), n) if len(shape) >= 2 else (1, n, n)
+
+
+def _fit_shape_function(rows, names, any_constant: bool):
+    """(name, k) of the first function f in ``names`` with v_i = k f(shape_i) for every (shape_i, v_i) of
+    ``rows``, preferring k = 1 (any k only with ``any_constant``); None when none fits."""
+    best = None
+    for name in names:
+        vals = []
+        for s, v in rows:
+            fi, fo, n = _fans(s)
+            if fi == 0 or fo == 0:
+                return None
+            vals.append(v / dict(_shape_functions(fi, fo, n))[name])
+        c = float(np.median(vals))
+        if np.all(np.abs(np.array(vals) / c - 1) <= PATTERN) and (abs(c - 1) <= PATTERN or any_constant):
+            if abs(c - 1) <= PATTERN:
+                return name, c
+            best = best or (name, c)
+    return best
+
+
+def _shape_scale(rule, bad) -> str | None:
+    """Your step-1 update a multiple r_i of refopt's on every leaf that differs (after removing refopt's own
+    decay term where the rule has one), with r_i differing between leaves of different shapes and equal to
+    k f(shape_i) for one simple function f of the shape (:func:`_shape_functions`): a scale that is another
+    function of the shape. Needs leaves of at least two shapes that differ (three when k is not 1)."""
+    rows = []
+    for r in bad:
+        got = _step1_ratios(rule, r)
+        if got is None:
+            return None
+        rows += got
+    rows = [(s, k, d) for s, k, d in rows if abs(k - 1) > 1e-12 and k > 0]
+    shapes = {s for s, _, _ in rows}
+    if len(shapes) < 2:
+        return None
+    ks = np.array([k for _, k, _ in rows])
+    decayed = any(d for _, _, d in rows)
+    what = "your update's direction (your update less refopt's decay term)" if decayed else "your update"
+    if np.ptp(ks) <= PATTERN * float(np.max(ks)):
+        return None if not decayed else (
+            f"at step 1 {what} is {float(np.median(ks)):.6g} x refopt's on every leaf that differs, while the decay "
+            f"term is the same: a constant scale of the direction only (an lr would scale the decay too)")
+    names = [name for name, _ in _shape_functions(2, 3, 6)]
+    if not all(len(s) >= 2 for s in shapes):       # vectors: no fan_in, fan_out; the size only
+        names = [name for name in names if "fan" not in name]
+    best = _fit_shape_function([(s, k) for s, k, _ in rows], names, len(shapes) >= 3)
+    if best is None:
+        return None
+    name, c = best
+    factor = name if abs(c - 1) <= PATTERN else f"{c:.6g} {name}"
+    seen = sorted({(s, float(f"{k:.6g}")) for s, k, _ in rows})
+    out = (f"at step 1 {what} is refopt's times {factor} on each leaf that differs ("
+           f"{', '.join(f'{s}: {k:.6g}' for s, k in seen[:4])}{' ...' if len(seen) > 4 else ''}): a scale that is "
+           f"another function of the shape")
+    if "fan" in name:
+        out += " (fan_in, fan_out: the (fan_in, fan_out) view of refopt's x @ W layout)"
+    elif name in ("sqrt(size)", "1/sqrt(size)"):
+        out += (" (sqrt(size) = ||a||_F / ||a||_rms: an RMS norm in one place and a Frobenius norm in another, or a "
+                "mean in place of a sum)")
+    own = _rule_scale(rule)
+    if own is not None:
+        implied = _fit_shape_function([(s, k * own(s)) for s, k, _ in rows], names, True)
+        if implied is not None:
+            fname, c2 = implied
+            out += (f"; with the rule's scale {rule.scale!r} this makes your scale "
+                    f"{fname if abs(c2 - 1) <= PATTERN else f'{c2:.6g} {fname}'}")
+    return out
