@@ -359,19 +359,24 @@ def _read_order_variants(rule) -> list:
     """Each state field read, in every formula of the step, before its own update (a stale read: the average
     or maximum of the previous step in the denominator, the momentum of the previous step in a Nesterov mix,
     the previous average in an interpolation) or after it (the update placed before a use that reads the
-    previous value: Lion's interpolation with the new momentum). A Partition's come per group."""
+    previous value: Lion's interpolation with the new momentum), each only where it changes the step on a
+    probe (:func:`_reads_matter`: Adam's m is read after its update, so "m read after its update" is the rule
+    itself and is not generated). A Partition's come per group."""
     from refopt.rules.partition import Partition
 
     if isinstance(rule, Partition):
         return []
     out = []
     for k in state_fields(rule):
-        out.append(oracle_variant(rule, f"{k} read before its update", f"every formula of the step reads {k} as it "
-                                  f"was before this step's update of {k} (its update placed after its use)",
-                                  reads={k: "before"}))
-        out.append(oracle_variant(rule, f"{k} read after its update", f"every formula of the step reads {k} as this "
-                                  f"step's update leaves it (its update placed before a use of the previous {k})",
-                                  reads={k: "after"}))
+        after, before = _reads_matter(rule, k)      # a read order the step already has is the rule itself
+        if after:
+            out.append(oracle_variant(rule, f"{k} read before its update", f"every formula of the step reads {k} as "
+                                      f"it was before this step's update of {k} (its update placed after its use)",
+                                      reads={k: "before"}))
+        if before:
+            out.append(oracle_variant(rule, f"{k} read after its update", f"every formula of the step reads {k} as "
+                                      f"this step's update leaves it (its update placed before a use of the previous "
+                                      f"{k})", reads={k: "after"}))
     return out
 
 
@@ -473,13 +478,13 @@ def _whole_tree_variants(rule) -> list:
 
 def _reads_matter(rule, k: str) -> tuple[bool, bool]:
     """(the step reads field k after its update, before it), from the oracle on a probe matrix and vector
-    over two steps: reading k's old value ('before') changes the step only if a formula reads k after
+    over four steps: reading k's old value ('before') changes the step only if a formula reads k after
     its update, and reading the new value only if one reads it before."""
     from refopt.conventions import oracle
 
-    rng = np.random.default_rng(1)
-    x = [rng.standard_normal((4, 3)), rng.standard_normal(3)]
-    gs = [[rng.standard_normal((4, 3)), rng.standard_normal(3)] for _ in range(2)]
+    rng = np.random.default_rng(1)      # 204 entries over 4 steps: a sign-based step (Lion) flips on some
+    x = [rng.standard_normal((16, 12)), rng.standard_normal(12)]
+    gs = [[rng.standard_normal((16, 12)), rng.standard_normal(12)] for _ in range(4)]
 
     def run(**sw):
         o = oracle(rule, **sw)
