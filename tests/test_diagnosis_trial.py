@@ -7,8 +7,8 @@ variant is an equivalent form (a Nesterov look-ahead with the previous buffer is
 average is weight_lr_power = 0; Adagrad reads t only in its lr decay) the name is the equivalent one. The
 trials' settings: 30 steps, the stream, quadratic and MLP problems, float64.
 
-Round 4 and round 5 are no longer blind: the diagnosis was extended after reading their results (docs/crosscheck.md,
-"How often it names the bug")."""
+Only round 6 measures the diagnosis blind: rounds 4 and 5 are also the material its variants were extended
+from (docs/crosscheck.md, "How often it names the bug")."""
 import json
 import os
 

@@ -349,26 +349,21 @@ def state_fields(rule) -> list[str]:
     for path, x in (("w", np.full((4, 3), 0.5)), ("b", np.full(3, 0.5))):
         try:
             s = orc.init_leaf(x, path)
-        except Exception:  # noqa: BLE001 - a rule for matrices only: the vector has no state to read
+        except (ValueError, TypeError):    # a rule for matrices only: the vector has no state to read
             continue
         out += [k for k, v in flat_state(s).items() if isinstance(v, np.ndarray) and v.ndim > 0 and k not in out]
     return out
 
 
-def _read_order_variants(rule) -> list:
+def _read_order_variants(rule, orders: dict) -> list:
     """Each state field read, in every formula of the step, before its own update (a stale read: the average
     or maximum of the previous step in the denominator, the momentum of the previous step in a Nesterov mix,
     the previous average in an interpolation) or after it (the update placed before a use that reads the
     previous value: Lion's interpolation with the new momentum), each only where it changes the step on a
-    probe (:func:`_reads_matter`: Adam's m is read after its update, so "m read after its update" is the rule
-    itself and is not generated). A Partition's come per group."""
-    from refopt.rules.partition import Partition
-
-    if isinstance(rule, Partition):
-        return []
+    probe (``orders``, :func:`_read_orders`: Adam's m is read after its update, so "m read after its update"
+    is the rule itself and is not generated)."""
     out = []
-    for k in state_fields(rule):
-        after, before = _reads_matter(rule, k)      # a read order the step already has is the rule itself
+    for k, (after, before) in orders.items():
         if after:
             out.append(oracle_variant(rule, f"{k} read before its update", f"every formula of the step reads {k} as "
                                       f"it was before this step's update of {k} (its update placed after its use)",
@@ -457,16 +452,8 @@ def _whole_tree_variants(rule) -> list:
 
     if isinstance(rule, Partition):
         return []
-    rng = np.random.default_rng(0)
-    x = [rng.standard_normal((3, 4)), rng.standard_normal(5)]
-    gs = [[rng.standard_normal((3, 4)), rng.standard_normal(5)] for _ in range(2)]
     try:
-        runs = []
-        for a in (RuleAdapter(rule), WholeTreeRule(rule)):
-            s, y = a.init([v.copy() for v in x]), [v.copy() for v in x]
-            for g in gs:
-                y, s = a.step(s, y, [v.copy() for v in g])
-            runs.append(y)
+        runs = [_probe(a, 0, ((3, 4), (5,)), 2) for a in (RuleAdapter(rule), WholeTreeRule(rule))]
     except (ValueError, TypeError):      # a rule that refuses a vector (Muon) or the probe has no such variant
         return []
     if all(np.array_equal(a, b) for a, b in zip(*runs)):
@@ -476,48 +463,57 @@ def _whole_tree_variants(rule) -> list:
                     rule=None)]
 
 
-def _reads_matter(rule, k: str) -> tuple[bool, bool]:
-    """(the step reads field k after its update, before it), from the oracle on a probe matrix and vector
-    over four steps: reading k's old value ('before') changes the step only if a formula reads k after
-    its update, and reading the new value only if one reads it before."""
+def _probe(adapter, seed: int, shapes, steps: int) -> list:
+    """The params after ``steps`` steps of ``adapter`` from a seeded standard-normal probe tree of ``shapes``
+    (the params first, then each step's gradients: every adapter probed with one seed sees the same inputs)."""
+    rng = np.random.default_rng(seed)
+    x = [rng.standard_normal(sh) for sh in shapes]
+    gs = [[rng.standard_normal(sh) for sh in shapes] for _ in range(steps)]
+    s, y = adapter.init([v.copy() for v in x]), [v.copy() for v in x]
+    for g in gs:
+        y, s = adapter.step(s, y, [v.copy() for v in g])
+    return y
+
+
+def _read_orders(rule) -> dict:
+    """{field: (the step reads it after its update, before it)} for each of :func:`state_fields`, from the
+    oracle on a probe matrix and vector over four steps: reading a field's old value ('before') changes the
+    step only if a formula reads it after its update, and reading the new value only if one reads it before.
+    A Partition's come per group ({})."""
     from refopt.conventions import oracle
-
-    rng = np.random.default_rng(1)      # 204 entries over 4 steps: a sign-based step (Lion) flips on some
-    x = [rng.standard_normal((16, 12)), rng.standard_normal(12)]
-    gs = [[rng.standard_normal((16, 12)), rng.standard_normal(12)] for _ in range(4)]
-
-    def run(**sw):
-        o = oracle(rule, **sw)
-        s, y = o.init([v.copy() for v in x]), [v.copy() for v in x]
-        for g in gs:
-            y, s = o.step(s, y, [v.copy() for v in g])
-        return y
-
-    try:
-        with np.errstate(all="ignore"):      # a reordered read may take the sqrt of a negative: a NaN that differs
-            plain, before, after = run(), run(reads={k: "before"}), run(reads={k: "after"})
-    except (ValueError, TypeError):
-        return True, True
-    same = [all(np.array_equal(a, b) for a, b in zip(plain, other)) for other in (before, after)]
-    return not same[0], not same[1]
-
-
-def _ema_swap_variants(rule) -> list:
-    """Each state field updated with the weights of one of the rule's coefficients c in (0, 1) swapped,
-    ``(1 - c) s + c u`` in place of ``c s + (1 - c) u`` (in that field's update only: the rule's other uses
-    of c unchanged), the value read after the update where the step reads the field after updating it
-    and from the next step on where it reads it before (both where it does both). A Partition's come per
-    group."""
     from refopt.rules.partition import Partition
 
     if isinstance(rule, Partition):
-        return []
+        return {}
+    shapes = ((16, 12), (12,))     # 204 entries over 4 steps: a sign-based step (Lion) flips on some
+
+    def run(**sw):
+        return _probe(oracle(rule, **sw), 1, shapes, 4)
+
+    out = {}
+    for k in state_fields(rule):
+        try:
+            with np.errstate(all="ignore"):      # a reordered read may take the sqrt of a negative: a NaN that differs
+                plain, before, after = run(), run(reads={k: "before"}), run(reads={k: "after"})
+        except (ValueError, TypeError):
+            out[k] = (True, True)
+            continue
+        same = [all(np.array_equal(a, b) for a, b in zip(plain, other)) for other in (before, after)]
+        out[k] = (not same[0], not same[1])
+    return out
+
+
+def _ema_swap_variants(rule, orders: dict) -> list:
+    """Each state field updated with the weights of one of the rule's coefficients c in (0, 1) swapped,
+    ``(1 - c) s + c u`` in place of ``c s + (1 - c) u`` (in that field's update only: the rule's other uses
+    of c unchanged), the value read after the update where the step reads the field after updating it
+    and from the next step on where it reads it before (both where it does both; ``orders``,
+    :func:`_read_orders`)."""
     coefs = [f.name for f in dataclasses.fields(rule) if f.init and f.name != "lr" and f.name not in _NOT_COEFFICIENTS
              and _number(getattr(rule, f.name)) and not isinstance(getattr(rule, f.name), int)
              and 0 < getattr(rule, f.name) < 1]
     out = []
-    for k in state_fields(rule):
-        after, before = _reads_matter(rule, k)
+    for k, (after, before) in orders.items():
         for c in coefs:
             v = float(getattr(rule, c))
             for how, used in (("after", after), ("before", before)):
@@ -535,9 +531,10 @@ def generated(rule) -> list:
     from refopt.conventions._variants import base_variants
 
     out = (_option_variants(rule) + _swap_variants(rule) + _schedule_variants(rule) + _schedule_record_variants(rule)
-           + _counter_variants(rule) + _read_order_variants(rule) + _ema_swap_variants(rule)
-           + _whole_tree_variants(rule)
-           + _partition_variants(rule))
+           + _counter_variants(rule))
+    orders = _read_orders(rule)
+    out += (_read_order_variants(rule, orders) + _ema_swap_variants(rule, orders) + _whole_tree_variants(rule)
+            + _partition_variants(rule))
     if hasattr(getattr(rule, "base", None), "init_leaf"):
         out += base_variants(rule)
     return [v for v in out if v is not None]

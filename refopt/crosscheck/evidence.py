@@ -620,14 +620,13 @@ def _fans(shape) -> tuple[int, int, int]:
 def _fit_shape_function(rows, names, any_constant: bool):
     """(name, k) of the first function f in ``names`` with v_i = k f(shape_i) for every (shape_i, v_i) of
     ``rows``, preferring k = 1 (any k only with ``any_constant``); None when none fits."""
+    fans = [_fans(s) for s, _ in rows]
+    if any(fi == 0 or fo == 0 for fi, fo, _ in fans):
+        return None
+    tables = [dict(_shape_functions(*f)) for f in fans]     # each row's f(shape), once
     best = None
     for name in names:
-        vals = []
-        for s, v in rows:
-            fi, fo, n = _fans(s)
-            if fi == 0 or fo == 0:
-                return None
-            vals.append(v / dict(_shape_functions(fi, fo, n))[name])
+        vals = [v / table[name] for (_, v), table in zip(rows, tables)]
         c = float(np.median(vals))
         if np.all(np.abs(np.array(vals) / c - 1) <= PATTERN) and (abs(c - 1) <= PATTERN or any_constant):
             if abs(c - 1) <= PATTERN:
