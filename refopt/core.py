@@ -28,7 +28,10 @@ One step of the walk (:func:`_step`), in this order; nothing is written before t
    magnitude whose square overflows, raise ``FloatingPointError`` naming the leaf;
 5. ``grads = rule.prepare(ctx, states, params, grads, paths)``: a whole-tree pre-pass (e.g. clipping by
    the global norm) returning new gradient arrays, never writing the caller's;
-6. per leaf, ``rule.update_leaf(c, s, x, g, path)`` with ``c`` the cast context of x's dtype.
+6. ``ctx, glob = rule.reduce_tree(ctx, glob, states, params, grads, paths)``: the step's scalars that need
+   the whole tree (DoG's distance and gradient sums, in float64), reading and writing nothing but the
+   rule-wide state; a changed ``ctx`` is cast again as in item 3;
+7. per leaf, ``rule.update_leaf(c, s, x, g, path)`` with ``c`` the cast context of x's dtype.
 
 The speed layer (:mod:`refopt.fast`) replaces this walk by one with the same checks and the same bits that
 remembers what it validated, packs the small gradients and steps many leaves in one compiled call;
@@ -39,7 +42,7 @@ How a rule plugs in (the contract between this walk and the rule math; :class:`R
 * ``init_leaf(x, path) -> NamedTuple`` and ``leaf_spec(x, path)``: the state of one array, and what it
   must look like (a tree like the state with :class:`ArraySpec` leaves for arrays and literal values).
 * ``init_global()``, ``check_params(paths)``, ``after_init(leaves, paths)``,
-  ``context(t, glob) -> (ctx, glob)``, ``prepare(...)``.
+  ``context(t, glob) -> (ctx, glob)``, ``prepare(...)``, ``reduce_tree(...)``.
 * ``update_leaf(c, s, x, g, path) -> (x, s)`` **writes into** ``x`` and the arrays of ``s`` and must not
   write ``g``. :func:`update` hands it fresh copies and :func:`update_` the caller's own arrays, so both run
   the very same code and give bit-identical numbers.
@@ -121,6 +124,12 @@ class Rule:
         """Whole-tree pre-pass over the gradients before any leaf is stepped (float64 ``ctx``); returns the
         gradients the leaves see. Must not write ``gs`` (return new arrays). Default: ``gs`` unchanged."""
         return gs
+
+    def reduce_tree(self, ctx: Any, glob: Any, ss: list, xs: list, gs: list, paths: list[str]) -> tuple[Any, Any]:
+        """Whole-tree reductions of the step (after :meth:`prepare`, before any leaf is stepped): returns the
+        step context and the rule-wide state (DoG's max distance and gradient sum). Reads ``ss``, ``xs``,
+        ``gs`` (the prepared gradients) and writes none of them. Default: ``(ctx, glob)`` unchanged."""
+        return ctx, glob
 
     def squares_grads(self, s: Any) -> bool:
         """True when the leaf's step squares the gradient (a second moment), so ``|g|`` must stay below
@@ -318,6 +327,16 @@ def step_context(rule: Rule, state: OptState, xs: list):
     return t, ctx, glob, {dt: cast_context(ctx, dt, name) for dt in {x.dtype for x in xs}}
 
 
+def reduced_context(rule: Rule, ctx: Any, glob: Any, casts: dict, ss: list, xs: list, gs: list, paths: list):
+    """Item 6 of the step: (ctx, glob, casts) after ``rule.reduce_tree``; the casts made again when it changed
+    the context."""
+    new_ctx, glob = rule.reduce_tree(ctx, glob, ss, xs, gs, paths)
+    if new_ctx is not ctx:
+        name = type(rule).__name__
+        casts = {dt: cast_context(new_ctx, dt, name) for dt in casts}
+    return new_ctx, glob, casts
+
+
 def grad_bounds(rule: Rule, xs: list, ss: list) -> list:
     """Per leaf, the |g| the gate accepts (:func:`refopt.kernels.square_bound` for second-moment rules)."""
     sb = {dt: square_bound(dt) for dt in {x.dtype for x in xs}}
@@ -325,7 +344,7 @@ def grad_bounds(rule: Rule, xs: list, ss: list) -> list:
 
 
 def step_each(rule: Rule, casts: dict, ss: list, xs: list, gs: list, paths: list, inplace: bool) -> tuple[list, list]:
-    """Item 6: ``rule.update_leaf`` per leaf, on the caller's arrays (``inplace``) or on fresh copies."""
+    """Item 7: ``rule.update_leaf`` per leaf, on the caller's arrays (``inplace``) or on fresh copies."""
     out_x, out_s = [], []
     for x, g, s, p in zip(xs, gs, ss, paths):
         if not inplace:
@@ -365,7 +384,7 @@ fast_step: Callable | None = None
 
 def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, info: dict | None,
           check: bool = True):
-    """The step shared by update and update_ (module docstring, items 1-6). Nothing is written before the
+    """The step shared by update and update_ (module docstring, items 1-7). Nothing is written before the
     rule's update_leaf."""
     if info is not None and not isinstance(info, dict):
         raise TypeError(f"info must be None or a dict the step records into, got {type(info).__name__}")
@@ -384,6 +403,7 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
         reject_bad_grads(gs, paths, grad_bounds(rule, xs, ss), [type(rule).__name__] * len(gs))
     new_gs = rule.prepare(ctx, ss, xs, gs, paths)
     check_prepared(rule, new_gs, gs, xs, paths)
+    ctx, glob, casts = reduced_context(rule, ctx, glob, casts, ss, xs, new_gs, paths)
     out_x, out_s = step_each(rule, casts, ss, xs, read_as_handed(new_gs, written), paths, inplace)
     if info is not None:
         info["t"] = t
@@ -457,6 +477,7 @@ def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any
     t, ctx, glob, casts = step_context(rule, state, xs)
     reject_bad_grads(gs, paths, grad_bounds(rule, xs, ss), [type(rule).__name__] * len(gs))
     gs = rule.prepare(ctx, ss, xs, gs, paths)
+    ctx, glob, casts = reduced_context(rule, ctx, glob, casts, ss, xs, gs, paths)
     out, new_s = [], []
     for x, g, s, p in zip(xs, gs, ss, paths):
         u, sn = rule.direction_leaf(casts[x.dtype], T.copy(s), x, g, p)

@@ -142,7 +142,7 @@ def test_committed_golden_files_verify_and_refopt_still_matches_them():
     stems = golden.find(COMMITTED)
     assert len(stems) >= 25
     size = sum(os.path.getsize(os.path.join(COMMITTED, f)) for f in os.listdir(COMMITTED))
-    assert size < 1_000_000
+    assert size < 2_000_000     # about 10 kB a case: room for the catalog to grow, small enough for a clone
     results = golden.check(COMMITTED, "refopt")
     bad = [r for r in results if r.status != "pass"]
     assert not bad, [(r.preset, r.problem, r.dtype, r.params_rel, r.message) for r in bad]

@@ -267,6 +267,7 @@ class CliName:
 #: arrays, a schedule where refopt takes a constant.
 NO_MAXIMIZE = (lambda v: not v, "refopt minimises; feed -g to maximise")
 NO_MASK = (lambda v: v is None, "give the decayed and undecayed arrays their own rules with refopt.Partition")
+NO_DTYPE = (lambda v: v is None, "refopt keeps the state in the params' dtype")
 CONSTANT = (lambda v: not callable(v), "refopt takes a constant here (a schedule goes on the lr)")
 
 

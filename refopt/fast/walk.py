@@ -280,6 +280,7 @@ def step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, in
     if any(map(operator.is_not, new_gs, gs)):
         C.check_prepared(rule, new_gs, gs, xs, paths)
         _fill_pack(pack, new_gs)
+    ctx, glob, casts = C.reduced_context(rule, ctx, glob, casts, ss, xs, new_gs, paths)
     walk = Walk(inplace, pack.packed, w.cache.setdefault("rule", {}) if inplace else None,
                 lc.setdefault("rule", {}), w.cache["written"] if inplace else None)
     out_x, out_s = step_leaves(rule, casts, ss, xs, new_gs, paths, walk)
@@ -303,7 +304,7 @@ def step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, in
 # --- the batched steps -------------------------------------------------------------------------------
 
 def step_leaves(rule: Rule, casts: dict, ss: list, xs: list, gs: list, paths: list, walk: Walk) -> tuple[list, list]:
-    """Step every leaf (item 6 of :func:`refopt.core._step`): the batched step of ``rule``'s class when it
+    """Step every leaf (item 7 of :func:`refopt.core._step`): the batched step of ``rule``'s class when it
     has one and the class keeps that batch's per-leaf hooks, else :func:`refopt.core.step_each` (gradients
     first read as handed). With ``walk.inplace`` it writes into ``xs`` and the arrays of ``ss``; otherwise
     it leaves them untouched. Returns the new params and per-leaf states (lists)."""

@@ -70,8 +70,8 @@ class WrapperContext(NamedTuple):
 @dataclass(frozen=True)
 class Wrapper(Rule):
     """A rule built on ``base``: its per-leaf state and step context carry the base's in a field ``base``.
-    The whole-tree hooks (``check_params``, ``init_global``, ``prepare``, ``squares_grads``, ``lr_info``,
-    ``after_init``) pass through to the base; ``context`` wraps the base's with :meth:`wrap_context`."""
+    The whole-tree hooks (``check_params``, ``init_global``, ``prepare``, ``reduce_tree``, ``squares_grads``,
+    ``lr_info``, ``after_init``) pass through to the base; ``context`` wraps the base's with :meth:`wrap_context`."""
 
     base: Rule
 
@@ -95,6 +95,10 @@ class Wrapper(Rule):
 
     def prepare(self, ctx, ss, xs, gs, paths):
         return self.base.prepare(ctx.base, [s.base for s in ss], xs, gs, paths)
+
+    def reduce_tree(self, ctx, glob, ss, xs, gs, paths):
+        base_ctx, glob = self.base.reduce_tree(ctx.base, glob, [s.base for s in ss], xs, gs, paths)
+        return (ctx if base_ctx is ctx.base else ctx._replace(base=base_ctx)), glob
 
     def squares_grads(self, s):
         return self.base.squares_grads(s.base)

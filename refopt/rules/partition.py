@@ -199,6 +199,17 @@ class Partition(Rule):
                 gs[i] = g
         return gs
 
+    def reduce_tree(self, ctx, glob, ss, xs, gs, paths):
+        """Each sub-rule's whole-tree reductions over the leaves it owns (a DoG per group, as optax's
+        multi_transform gives)."""
+        new_ctx, new_glob = dict(ctx), dict(glob)
+        for label, idx in self._groups(ss).items():
+            new_ctx[label], new_glob[label] = self.rules[label].reduce_tree(
+                ctx[label], glob[label], [ss[i].inner for i in idx], [xs[i] for i in idx], [gs[i] for i in idx],
+                [paths[i] for i in idx])
+        changed = any(new_ctx[k] is not ctx[k] for k in ctx)
+        return (new_ctx if changed else ctx), new_glob
+
     def after_init(self, leaves, paths):
         """Warn (:class:`refopt.RefoptWarning`) for each rule that got no parameter: it would silently never
         run (e.g. Muon under labels that put every array in 'other'). Then each sub-rule's own look."""

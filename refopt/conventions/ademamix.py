@@ -1,0 +1,147 @@
+"""AdEMAMix and Simplified AdEMAMix (refopt/rules/ademamix.py) to optax.contrib.ademamix and
+optax.contrib.simplified_ademamix: AdEMAMix adds alpha times a slow, uncorrected EMA m2 to Adam's m_hat; the
+simplified form keeps one momentum that sums (no 1 - beta1) and adds alpha g. Both decay by lr * weight_decay.
+optax takes alpha and beta3 as constants or as schedules of its count (from 0 at the first step); refopt takes
+constants or the paper's warmup over T steps. torch.optim ships neither."""
+from __future__ import annotations
+
+import numpy as np
+
+from refopt.conventions._spec import CONSTANT, NO_DTYPE, NO_MASK, CliName, Conventions, Example, Oracle, \
+    PeerMapping, Preset, counted, gamma, scalar
+from refopt.golden import GoldenCase
+from refopt.rules.adam import AdamW
+from refopt.rules.ademamix import AdEMAMix, SimplifiedAdEMAMix, alpha_warmup, beta3_warmup
+
+
+class AdEMAMixOracle(Oracle):
+    """Both rules from their docstrings. Switches: ``slow_bc`` True bias-corrects m2 by 1 - beta3^t (AdEMAMix);
+    ``average`` True makes the simplified m an average (1 - beta1) g; ``m_bc`` True bias-corrects the simplified
+    m; ``counter`` {'bc1' | 'bc2' | 'warmup': 'next' | 'prev' | 'frozen'}."""
+
+    def init_leaf(self, x, path):
+        if isinstance(self.rule, SimplifiedAdEMAMix):
+            return {"m": np.zeros_like(x), "v": np.zeros_like(x)}
+        return {"m1": np.zeros_like(x), "m2": np.zeros_like(x), "v": np.zeros_like(x)}
+
+    def direction_leaf(self, t, s, x, g, path):
+        r, d, sw = self.rule, x.dtype, self.switches
+        c = sw.get("counter", {})
+        s["v"] = scalar(r.beta2, d) * s["v"] + scalar(1.0 - r.beta2, d) * (g * g)
+        v_hat = s["v"] / scalar(1.0 - r.beta2 ** counted(t, c.get("bc2")), d)
+        den = np.sqrt(v_hat + scalar(r.eps_root, d)) + scalar(r.eps, d)
+        if isinstance(r, SimplifiedAdEMAMix):
+            w = 1.0 - r.beta1 if sw.get("average") else 1.0
+            s["m"] = scalar(r.beta1, d) * s["m"] + scalar(w, d) * g
+            m = s["m"] / scalar(1.0 - r.beta1 ** t, d) if sw.get("m_bc") else s["m"]
+            return (m + scalar(r.alpha, d) * g) / den
+        tw = counted(t, c.get("warmup"))
+        b3 = beta3_warmup(tw, r.beta1, r.beta3, r.warmup)
+        s["m1"] = scalar(r.beta1, d) * s["m1"] + scalar(1.0 - r.beta1, d) * g
+        s["m2"] = scalar(b3, d) * s["m2"] + scalar(1.0 - b3, d) * g
+        m1_hat = s["m1"] / scalar(1.0 - r.beta1 ** counted(t, c.get("bc1")), d)
+        m2 = s["m2"] / scalar(1.0 - r.beta3 ** t, d) if sw.get("slow_bc") else s["m2"]
+        return (m1_hat + scalar(alpha_warmup(tw, r.alpha, r.warmup), d) * m2) / den
+
+    def step_leaf(self, t, s, x, g, path):
+        r = self.rule
+        lr = r.lr * gamma(r.schedule, t)
+        u = self.direction_leaf(t, s, x, g, path)
+        return x - scalar(lr, x.dtype) * (u + scalar(r.weight_decay, x.dtype) * x)
+
+
+def variants(rule):
+    from refopt.conventions._variants import oracle_variant as v
+    if isinstance(rule, SimplifiedAdEMAMix):
+        return [v(rule, "momentum as an average", "m = b1 m + (1 - b1) g in place of the sum m = b1 m + g",
+                  average=True),
+                v(rule, "m bias-corrected", "m / (1 - beta1^t) in the numerator", m_bc=True)]
+    return [v(rule, "slow EMA bias-corrected", "m2 / (1 - beta3^t) in place of the uncorrected m2", slow_bc=True)]
+
+
+def facts(rule, of):
+    """(m1_hat + alpha m2) / sqrt(v_hat) has degree 0 in g (eps -> 0), without decay; per entry. Not step scale
+    free: the numerator mixes EMAs of different lengths."""
+    return {"grad_scale": rule.weight_decay == 0, "step_scale_free": False, "elementwise": True}
+
+
+def _match(rule):
+    if type(rule) is not AdEMAMix or rule.schedule is not None or rule.warmup is not None:
+        return None
+    return dict(learning_rate=rule.lr, b1=rule.beta1, b2=rule.beta2, b3=rule.beta3, alpha=rule.alpha, eps=rule.eps,
+                eps_root=rule.eps_root, weight_decay=rule.weight_decay)
+
+
+def _match_simplified(rule):
+    if type(rule) is not SimplifiedAdEMAMix or rule.schedule is not None:
+        return None
+    return dict(learning_rate=rule.lr, b1=rule.beta1, b2=rule.beta2, alpha=rule.alpha, eps=rule.eps,
+                eps_root=rule.eps_root, weight_decay=rule.weight_decay)
+
+
+_SCHEDULED = (lambda v: not callable(v), "refopt takes a constant here, or the paper's warmup over T steps "
+                                         "(AdEMAMix(warmup=T)); optax reads a schedule at its count t - 1")
+
+OPTAX = PeerMapping("optax.contrib.ademamix", "optax", "contrib.ademamix",
+                    dict(b1=0.9, b2=0.999, b3=0.9999, alpha=5.0, eps=1e-8, eps_root=0.0, mu_dtype=None,
+                         weight_decay=0.0, mask=None),
+                    lambda learning_rate, b1, b2, b3, alpha, eps, eps_root, weight_decay: AdEMAMix(
+                        lr=learning_rate, beta1=b1, beta2=b2, beta3=b3, alpha=alpha, eps=eps, eps_root=eps_root,
+                        weight_decay=weight_decay),
+                    "ademamix", required=("learning_rate",),
+                    refuse={"b3": _SCHEDULED, "alpha": _SCHEDULED, "mu_dtype": NO_DTYPE, "mask": NO_MASK,
+                            "weight_decay": CONSTANT},
+                    state={"m1": "m1", "m2": "m2", "v": "nu"}, match=_match)
+
+OPTAX_SIMPLIFIED = PeerMapping(
+    "optax.contrib.simplified_ademamix", "optax", "contrib.simplified_ademamix",
+    dict(b1=0.99, b2=0.95, alpha=0.0, eps=1e-8, eps_root=0.0, weight_decay=0.0, mask=None),
+    lambda learning_rate, b1, b2, alpha, eps, eps_root, weight_decay: SimplifiedAdEMAMix(
+        lr=learning_rate, beta1=b1, beta2=b2, alpha=alpha, eps=eps, eps_root=eps_root, weight_decay=weight_decay),
+    "ademamix", required=("learning_rate",), refuse={"alpha": CONSTANT, "mask": NO_MASK, "weight_decay": CONSTANT},
+    state={"m": "m", "v": "n"}, match=_match_simplified)
+
+_KW = dict(learning_rate=1e-2, b1=0.8, b2=0.95, b3=0.99, alpha=3.0, eps=1e-6, eps_root=1e-10, weight_decay=0.05)
+_KW_S = dict(learning_rate=1e-3, b1=0.9, b2=0.99, alpha=2.0, eps=1e-6, eps_root=1e-10, weight_decay=0.05)
+
+CONVENTIONS = Conventions(
+    rules=(AdEMAMix, SimplifiedAdEMAMix),
+    final="(m1_hat + alpha m2) / (sqrt(v_hat) + eps) (simplified: (m + alpha g) / (sqrt(v_hat) + eps)): whether m2 "
+          "or m is bias-corrected, the weight alpha, or where eps_root is added",
+    per_step="the bias corrections 1 - beta1^t and 1 - beta2^t, and the warmups of alpha and beta3",
+    counters=(("bc1", "the bias correction of m1 (1 - beta1^t)"), ("bc2", "the bias correction of v (1 - beta2^t)"),
+              ("warmup", "the step of the alpha and beta3 warmups")),
+    mappings=(OPTAX, OPTAX_SIMPLIFIED),
+    no_peer={"torch": "torch.optim ships no AdEMAMix",
+             "schedulefree": "schedulefree ships the Schedule-Free optimizers only"},
+    presets=(
+        OPTAX.preset("optax.contrib.ademamix", dict(learning_rate=1e-3), "(m1_hat + 5 m2) / (sqrt(v_hat) + eps), "
+                     "m2 the uncorrected EMA with beta3 0.9999"),
+        OPTAX.preset("optax.contrib.ademamix(betas,alpha,wd)", _KW, "betas (0.8, 0.95, 0.99), alpha 3, eps_root "
+                     "1e-10, decay lr * 0.05 x"),
+        OPTAX_SIMPLIFIED.preset("optax.contrib.simplified_ademamix", dict(learning_rate=1e-4),
+                                "m = 0.99 m + g; alpha 0: m / (sqrt(v_hat) + eps)"),
+        OPTAX_SIMPLIFIED.preset("optax.contrib.simplified_ademamix(alpha,wd)", _KW_S,
+                                "(m + 2 g) / (sqrt(v_hat) + eps), decay lr * 0.05 x"),
+    ),
+    wrong=(Preset("WRONG slow EMA: optax.contrib.ademamix vs refopt AdamW", "optax", "contrib.ademamix",
+                  ("contrib.ademamix", _KW),
+                  lambda: AdamW(lr=1e-2, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.05),
+                  "AdamW's m_hat alone vs m1_hat + alpha m2", state={}, expect_fail=True),),
+    oracle=AdEMAMixOracle,
+    variants=variants,
+    facts=facts,
+    golden=(GoldenCase("ademamix", lambda: AdEMAMix(lr=1e-3), "optax.contrib.ademamix's defaults", ("m1", "m2", "v")),
+            GoldenCase("ademamix_warmup", lambda: AdEMAMix(lr=1e-2, beta1=0.8, beta2=0.95, beta3=0.99, alpha=3.0,
+                                                           weight_decay=0.05, warmup=4),
+                       "AdEMAMix with the paper's alpha and beta3 warmups over 4 steps, decay 0.05",
+                       ("m1", "m2", "v")),
+            GoldenCase("simplified_ademamix", lambda: SimplifiedAdEMAMix(lr=1e-3, alpha=2.0),
+                       "Simplified AdEMAMix, alpha 2", ("m", "v"))),
+    examples=(Example("ademamix", lambda: AdEMAMix(lr=0.01)),
+              Example("ademamix_warmup_wd", lambda: AdEMAMix(lr=0.01, beta3=0.99, weight_decay=0.1, warmup=3)),
+              Example("simplified_ademamix", lambda: SimplifiedAdEMAMix(lr=1e-3, beta1=0.9, alpha=1.0))),
+    cli=(CliName("ademamix", AdEMAMix, {"mlp": 1e-3, "gpt": 1e-3}, "AdEMAMix (optax.contrib semantics): --beta1, "
+                 "--beta2, --eps, --weight-decay", {"beta1": "beta1", "beta2": "beta2", "eps": "eps",
+                                                    "weight_decay": "weight_decay"}),),
+)
