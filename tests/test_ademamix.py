@@ -97,3 +97,59 @@ def test_ademamix_bad_input():
     with pytest.raises(ValueError, match="mask"):
         refopt.like("optax.contrib.simplified_ademamix", learning_rate=0.1, mask=lambda p: p)
     assert refopt.like("optax.contrib.ademamix", learning_rate=0.1, b3=0.999) == refopt.AdEMAMix(lr=0.1, beta3=0.999)
+
+
+def test_beta3_and_alpha_warmup_forms_of_the_packages_and_the_paper():
+    """The paper (Sec. 3) and pytorch_optimizer 4.1.0: beta3_t = min(exp(ln b1 ln b3 / ((1 - t/T) ln b3 + (t/T) ln b1)),
+    b3), alpha_t = min(t alpha / T, alpha); heavyball 3.2.1: the same with b + 1e-8 inside the logs and b3 itself for
+    t >= T; optax.contrib.ademamix: constants (a schedule of its own, read at count t - 1)."""
+    b1, b3, T, alpha = 0.8, 0.99, 7, 3.0
+    paper = lambda t: min(math.exp(math.log(b1) * math.log(b3) / ((1 - t / T) * math.log(b3)   # noqa: E731
+                                                                  + (t / T) * math.log(b1))), b3)
+    hb = lambda t: b3 if t >= T else math.exp(math.log(b1 + 1e-8) * math.log(b3 + 1e-8) / (   # noqa: E731
+        (1 - t / T) * math.log(b3 + 1e-8) + (t / T) * math.log(b1 + 1e-8)))
+    po = pytest.importorskip("pytorch_optimizer")
+    heavyball_utils = pytest.importorskip("heavyball.utils")
+    for t in (1, 3, 6, 7, 20):
+        assert beta3_warmup(t, b1, b3, T) == paper(t)
+        assert beta3_warmup(t, b1, b3, T, "heavyball") == hb(t)
+        assert po.AdEMAMix.schedule_beta3(T, t, b1, b3) == paper(t)
+        assert heavyball_utils.linear_hl_warmup_scheduler(t, beta_end=b3, beta_start=b1, warmup=T) == hb(t)
+        assert alpha_warmup(t, alpha, T) == po.AdEMAMix.schedule_alpha(T, t, alpha)
+        # heavyball: (t / T) alpha, not t alpha / T: the same to an ulp
+        hb_alpha = heavyball_utils.linear_warmup_scheduler(t, alpha_end=alpha, alpha_start=0.0, warmup=T)
+        assert hb_alpha == pytest.approx(alpha_warmup(t, alpha, T), rel=1e-15, abs=0)
+        if t < T:    # the 1e-8 inside the logs moves beta3_t by about 1e-8 / (b ln b)
+            assert 1e-10 < abs(hb(t) - paper(t)) < 1e-6
+        else:
+            assert hb(t) == paper(t) == b3
+    assert beta3_warmup(1, b1, b3, None) == b3       # optax's constant b3
+
+
+def test_like_refuses_what_the_rule_cannot_express():
+    from refopt.conventions import like
+    with pytest.raises(ValueError, match="storage_dtype"):
+        like("heavyball.AdEMAMix", lr=0.01)
+    with pytest.raises(ValueError, match="differ"):
+        like("heavyball.AdEMAMix", beta3_warmup=5, alpha_warmup=3, storage_dtype="float64")
+    with pytest.raises(ValueError, match="caution"):
+        like("heavyball.AdEMAMix", caution=True, storage_dtype="float64")
+    with pytest.raises(ValueError, match="L2"):
+        like("pytorch_optimizer.AdEMAMix", weight_decay=0.1)
+    with pytest.raises(ValueError, match="fixed_decay"):
+        like("pytorch_optimizer.AdEMAMix", weight_decay=0.1, weight_decouple=True, fixed_decay=True)
+    with pytest.raises(ValueError, match="whole number"):
+        like("pytorch_optimizer.AdEMAMix", t_alpha_beta3=2.5)
+    r = like("heavyball.AdEMAMix", storage_dtype="float64", beta3_warmup=4, alpha_warmup=4)
+    assert (r.alpha, r.warmup, r.warmup_form, r.eps_form) == (2.0, 4, "heavyball", "max")
+    assert like("pytorch_optimizer.AdEMAMix", t_alpha_beta3=4.0) == refopt.AdEMAMix(warmup=4)
+
+
+def test_eps_form_max_and_bad_forms():
+    x0, g = np.array([1.0, 2.0]), np.array([1e-9, 3.0])
+    r = refopt.AdEMAMix(lr=0.1, eps=1e-3, eps_form="max")
+    x, _ = refopt.update(r, refopt.init(r, x0), x0, g)
+    np.testing.assert_allclose(x, x0 - 0.1 * (1 + 5 * (1 - 0.9999)) * g / np.maximum(np.abs(g), 1e-3), rtol=1e-13)
+    for bad in (dict(eps_form="clamp"), dict(warmup_form="optax")):
+        with pytest.raises(ValueError):
+            refopt.AdEMAMix(**bad)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from refopt.crosscheck import peers
-from refopt.crosscheck.presets import FAMILIES, MISCONFIGURED, PEERS, PRESETS, select
+from refopt.crosscheck.presets import ALL_PEERS, FAMILIES, MISCONFIGURED, PRESETS, select
 from refopt.crosscheck.problems import make_problem
 from refopt.crosscheck.run import Trajectory, check, compare, run_preset
 
@@ -15,9 +15,8 @@ def test_preset_table_is_well_formed():
     names = [p.name for p in PRESETS + MISCONFIGURED]
     assert len(names) == len(set(names))
     for p in PRESETS + MISCONFIGURED:
-        assert p.peer in PEERS and p.layout in ("same", "transpose") and p.why
-        assert p.describe_peer().startswith({"torch": "torch.optim.", "optax": "optax.",
-                                             "schedulefree": "schedulefree."}[p.peer])
+        assert p.peer in ALL_PEERS and p.layout in ("same", "transpose") and p.why
+        assert p.describe_peer().startswith({"torch": "torch.optim."}.get(p.peer, f"{p.peer}."))
         if p.make_rule is None:
             assert p.gap, p.name          # a preset without a refopt rule must say why
         else:

@@ -74,6 +74,16 @@ RULES = [
     refopt.Fromage(lr=0.05, min_norm=100.0),   # the floor: not scale invariant
     refopt.Adafactor(lr=0.01),   # factored: not permutation equivariant; the parameter scale: covariant
     refopt.Adafactor(lr=0.01, factored=False, beta1=0.9, momentum_dtype="float64", form="optax"),
+    refopt.ADOPT(lr=0.01, eps=1e-12),
+    refopt.AdEMAMix(lr=0.01, eps=1e-12),
+    refopt.SimplifiedAdEMAMix(lr=0.01, eps=1e-12),
+    refopt.ACProp(lr=0.01, eps=1e-12),
+    refopt.MADGRAD(lr=0.01),
+    refopt.DoG(init_step="distance", init_value=0.1),
+    refopt.DoWG(init_sq_dist=1e-2, eps=1e-12),
+    refopt.Prodigy(d0=1e-3, eps=1e-12),
+    refopt.Prodigy(d0=1e-3, weight_decay=0.1, decoupled=False),   # L2: not scale invariant
+    refopt.Mechanic(refopt.Adam(lr=0.01), eps=1e-3),   # eps in |h| + eps: not scale invariant
 ]
 CHEAP = ["gradient_scale_invariance", "parameter_scale_covariance", "orthogonal_equivariance",
          "permutation_equivariance", "reparametrization_covariance", "mup_step_size"]

@@ -28,7 +28,7 @@ HELP = "compare refopt with torch.optim / optax / schedulefree step by step on i
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from refopt.crosscheck.presets import FAMILIES, PEERS
+    from refopt.crosscheck.presets import ALL_PEERS, FAMILIES
     from refopt.crosscheck.problems import PROBLEMS
 
     p.allow_abbrev = False      # --rule and --rules must never be confused
@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layout", default=None, choices=["torch", "refopt"],
                    help="how NAME holds matrices: torch (out, in) or refopt (fan_in, fan_out) (default: torch "
                         "for torch, refopt otherwise)")
-    p.add_argument("--against", default="all", choices=["all", *PEERS], help="which peer library")
+    p.add_argument("--against", default="all", choices=["all", *ALL_PEERS], help="which peer library")
     p.add_argument("--rules", nargs="+", default=None, metavar="FAMILY",
                    help=f"rule families to check (default all): {' '.join(FAMILIES)}")
     p.add_argument("--problems", nargs="+", default=None, choices=list(PROBLEMS),
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if args.problems is None:
         args.problems = ["stream", "mlp"]
     from refopt.crosscheck import peers
-    from refopt.crosscheck.presets import PEERS, select
+    from refopt.crosscheck.presets import ALL_PEERS, select
     from refopt.crosscheck.run import run_all, table
 
     if args.steps < 1:
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     presets = select(args.against, args.rules, misconfigured=args.negative)
     if not presets:
         raise ValueError("no preset matches --against/--rules")
-    wanted = PEERS if args.against == "all" else (args.against,)
+    wanted = ALL_PEERS if args.against == "all" else (args.against,)
     missing = {}
     for peer in wanted:
         ok, why = peers.available(peer)
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: skipping {peer}: {why}", file=sys.stderr)
     if len(missing) == len(wanted):
         print("refopt crosscheck: none of the peers is installed, nothing was checked "
-              "(pip install torch==2.13.0 jax jaxlib optax schedulefree)", file=sys.stderr)
+              "(pip install torch==2.13.0 && pip install -e \".[peers]\")", file=sys.stderr)
         return 2
     presets = [p for p in presets if p.peer not in missing or p.make_rule is None]
     results = run_all(presets, tuple(args.problems), args.steps, args.dtype, args.seed)

@@ -20,9 +20,9 @@ HELP = "where the major optimizer implementations disagree, measured live (the d
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from refopt.crosscheck.presets import PEERS
+    from refopt.crosscheck.presets import ALL_PEERS
 
-    p.add_argument("--against", default="all", choices=["all", *PEERS],
+    p.add_argument("--against", default="all", choices=["all", *ALL_PEERS],
                    help="only the entries involving this peer ('all' also runs the entries restated by refopt only)")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME",
                    help="run only these entries (by name; see --list)")

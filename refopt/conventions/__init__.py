@@ -18,12 +18,13 @@ import importlib
 import pkgutil
 
 from refopt.conventions._spec import (EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, PEERS, CliName,
+                                      ALL_PEERS, PACKAGES,
                                       Conventions, Example, Oracle, PeerMapping, Preset, Tol)
 
 __all__ = ["like", "peers", "registry", "for_rule", "facts", "oracle", "missing", "markdown", "presets_markdown",
            "Conventions", "PeerMapping",
            "Preset", "Tol", "Example", "Oracle", "CliName", "EXACT", "MUON_OPTAX", "MUON_TORCH_BF16",
-           "OPTAX_F32_WARMUP", "PEERS"]
+           "OPTAX_F32_WARMUP", "PEERS", "PACKAGES", "ALL_PEERS"]
 
 _REGISTRY: dict | None = None
 

@@ -46,7 +46,11 @@ import numpy as np
 from refopt import tree as T
 from refopt.testing.adapters import Adapter
 
+#: the libraries every conventions file answers for (a mapping, or in ``no_peer`` the reason it has none)
 PEERS = ("torch", "optax", "schedulefree")
+#: torch packages that ship a few optimizers each, checked where they ship the rule (no ``no_peer`` needed)
+PACKAGES = ("prodigyopt", "dadaptation", "pytorch_optimizer", "heavyball")
+ALL_PEERS = PEERS + PACKAGES
 
 
 @dataclass(frozen=True)
@@ -73,10 +77,11 @@ MUON_TORCH_BF16 = Tol({"update": 0.06, "state": 1e-12}, {"update": 0.06, "state"
 class Preset:
     """One row of the table.
 
-    name: unique id ``<peer>.<what>``; peer: 'torch' | 'optax' | 'schedulefree'; family: the refopt rule
+    name: unique id ``<peer>.<what>``; peer: one of :data:`ALL_PEERS`; family: the refopt rule
     family (the ``--rules`` filter: sgd, adam, adamw, nadam, muon, sf_sgd, sf_adamw, ema);
     peer_call: (constructor, kwargs) as the adapter builds it (torch: a ``torch.optim`` class name;
-    optax: an ``optax`` attribute path such as ``'contrib.muon'``; schedulefree: a class name);
+    optax: an ``optax`` attribute path such as ``'contrib.muon'``; schedulefree and the torch packages: a
+    class name);
     make_rule: () -> the refopt rule (None for a known gap); layout: 'same' or 'transpose';
     matrix_only: the rule takes matrices only (problems keep their 2-D leaves);
     state: {refopt state field: peer state key} (the peer's key names, see the adapters);
@@ -117,7 +122,7 @@ class Preset:
             lr, w = kw.pop("learning_rate"), kw.pop("warmup_steps")
             kw = {"learning_rate": _Raw(f"<float64 schedule {lr!r}*min(count/{w}, 1)>"), **kw}
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
-        prefix = {"torch": "torch.optim.", "optax": "optax.", "schedulefree": "schedulefree."}[self.peer]
+        prefix = {"torch": "torch.optim."}.get(self.peer, f"{self.peer}.")
         return f"{prefix}{ctor}({args})"
 
 
@@ -134,7 +139,7 @@ class PeerMapping:
     """One peer call and the refopt rule that reproduces it (:func:`refopt.like`).
 
     peer: the call's public name (``"torch.optim.AdamW"``, ``"optax.adamw"``, ``"optax.contrib.muon"``);
-    adapter: which adapter runs it ('torch', 'optax', 'schedulefree') and ``ctor`` what that adapter builds
+    adapter: which adapter runs it ('torch', 'optax', 'schedulefree' or a torch package) and ``ctor`` what that adapter builds
     (a ``torch.optim`` class name, an ``optax`` attribute path, or one of the adapters' special
     constructors); defaults: the peer's own default of every argument refopt reproduces; required: its
     arguments without a default; build: ``(**arguments, defaults filled in) -> rule``; refuse: ``{argument:

@@ -29,14 +29,18 @@ class AdEMAMixOracle(Oracle):
         c = sw.get("counter", {})
         s["v"] = scalar(r.beta2, d) * s["v"] + scalar(1.0 - r.beta2, d) * (g * g)
         v_hat = s["v"] / scalar(1.0 - r.beta2 ** counted(t, c.get("bc2")), d)
-        den = np.sqrt(v_hat + scalar(r.eps_root, d)) + scalar(r.eps, d)
+        root = np.sqrt(v_hat + scalar(r.eps_root, d))
+        if getattr(r, "eps_form", "add") == "max":
+            den = np.maximum(root, scalar(r.eps, d))
+        else:
+            den = root + scalar(r.eps, d)
         if isinstance(r, SimplifiedAdEMAMix):
             w = 1.0 - r.beta1 if sw.get("average") else 1.0
             s["m"] = scalar(r.beta1, d) * s["m"] + scalar(w, d) * g
             m = s["m"] / scalar(1.0 - r.beta1 ** t, d) if sw.get("m_bc") else s["m"]
             return (m + scalar(r.alpha, d) * g) / den
         tw = counted(t, c.get("warmup"))
-        b3 = beta3_warmup(tw, r.beta1, r.beta3, r.warmup)
+        b3 = beta3_warmup(tw, r.beta1, r.beta3, r.warmup, r.warmup_form)
         s["m1"] = scalar(r.beta1, d) * s["m1"] + scalar(1.0 - r.beta1, d) * g
         s["m2"] = scalar(b3, d) * s["m2"] + scalar(1.0 - b3, d) * g
         m1_hat = s["m1"] / scalar(1.0 - r.beta1 ** counted(t, c.get("bc1")), d)
@@ -101,7 +105,87 @@ OPTAX_SIMPLIFIED = PeerMapping(
     "ademamix", required=("learning_rate",), refuse={"alpha": CONSTANT, "mask": NO_MASK, "weight_decay": CONSTANT},
     state={"m": "m", "v": "n"}, match=_match_simplified)
 
+def _warmup_steps(t):
+    """pytorch_optimizer's ``t_alpha_beta3`` as the rule's integer ``warmup``."""
+    if t is None:
+        return None
+    if isinstance(t, bool) or float(t) != int(t) or t < 1:
+        raise ValueError(f"t_alpha_beta3={t!r}: refopt's warmup takes a whole number of steps >= 1")
+    return int(t)
+
+
+def _pytorch_optimizer(lr, betas, weight_decay, weight_decouple, fixed_decay, alpha, t_alpha_beta3, eps):
+    if weight_decay > 0 and not weight_decouple:
+        raise ValueError("weight_decouple=False adds weight_decay x to the gradient (L2) before the EMAs; refopt's "
+                         "AdEMAMix decays x by lr weight_decay (pass weight_decouple=True)")
+    if weight_decay > 0 and fixed_decay:
+        raise ValueError("fixed_decay=True decays x by weight_decay, without lr; refopt's AdEMAMix by lr weight_decay")
+    b1, b2, b3 = betas
+    warmup = _warmup_steps(t_alpha_beta3)
+    if warmup is not None and b1 <= 0.0:
+        raise ValueError("betas[0]=0 with t_alpha_beta3: pytorch_optimizer takes log(0); refopt keeps beta3")
+    return AdEMAMix(lr=lr, beta1=b1, beta2=b2, beta3=b3, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                    warmup=warmup)
+
+
+def _match_pytorch_optimizer(rule):
+    if type(rule) is not AdEMAMix or rule.schedule is not None or rule.eps_root != 0.0:
+        return None
+    if rule.warmup is not None and rule.beta1 <= 0.0:
+        return None
+    return dict(lr=rule.lr, betas=(rule.beta1, rule.beta2, rule.beta3), weight_decay=rule.weight_decay,
+                weight_decouple=True, alpha=rule.alpha, t_alpha_beta3=rule.warmup, eps=rule.eps)
+
+
+PYTORCH_OPTIMIZER = PeerMapping(
+    "pytorch_optimizer.AdEMAMix", "pytorch_optimizer", "AdEMAMix",
+    dict(lr=1e-3, betas=(0.9, 0.999, 0.9999), weight_decay=0.0, weight_decouple=False, fixed_decay=False, alpha=5.0,
+         t_alpha_beta3=None, eps=1e-8), _pytorch_optimizer, "ademamix", ignore=("foreach",),
+    refuse={"maximize": (lambda v: v is False, "maximize=True ascends: negate the loss"),
+            "cautious": (lambda v: not v, "cautious=True masks the fast EMA where its sign differs from g"),
+            "stable_adamw": (lambda v: not v, "stable_adamw=True divides the step by an RMS of g^2 / v")},
+    state={"m1": "exp_avg", "m2": "exp_avg_slow", "v": "exp_avg_sq"}, match=_match_pytorch_optimizer)
+
+def _heavyball(lr, betas, eps, weight_decay, alpha, beta3_warmup, alpha_warmup, storage_dtype):
+    b3w = None if beta3_warmup is None or beta3_warmup <= 0 else beta3_warmup
+    aw = None if alpha_warmup is None or alpha_warmup <= 0 else alpha_warmup
+    if b3w != aw:
+        raise ValueError(f"beta3_warmup={beta3_warmup!r} and alpha_warmup={alpha_warmup!r} differ; refopt's "
+                         "AdEMAMix warms alpha and beta3 up over one T (pass the same steps to both)")
+    b1, b2, b3 = betas
+    return AdEMAMix(lr=lr, beta1=b1, beta2=b2, beta3=b3, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                    warmup=None if aw is None else int(aw), warmup_form="heavyball", eps_form="max")
+
+
+def _match_heavyball(rule):
+    if type(rule) is not AdEMAMix or rule.schedule is not None or rule.eps_root != 0.0 \
+            or rule.eps_form != "max" or (rule.warmup is not None and rule.warmup_form != "heavyball"):
+        return None
+    return dict(lr=rule.lr, betas=(rule.beta1, rule.beta2, rule.beta3), eps=rule.eps,
+                weight_decay=rule.weight_decay, alpha=rule.alpha, beta3_warmup=rule.warmup, alpha_warmup=rule.warmup,
+                storage_dtype="float64")
+
+
+_OFF = (lambda v: not v, "an option refopt's AdEMAMix does not have (caution, cautious decay, MARS)")
+
+HEAVYBALL = PeerMapping(
+    "heavyball.AdEMAMix", "heavyball", "AdEMAMix",
+    dict(lr=1e-3, betas=(0.9, 0.999, 0.9999), eps=1e-8, weight_decay=0.0, alpha=2.0, beta3_warmup=None,
+         alpha_warmup=None, storage_dtype="float32"), _heavyball, "ademamix",
+    ignore=("multi_tensor", "compile_step", "promote"),
+    refuse={"storage_dtype": (lambda v: v == "float64", "heavyball keeps m1, m2, v in storage_dtype (float32 by "
+                                                        "default), rounding them each step: pass 'float64'"),
+            "caution": _OFF, "cautious_weight_decay": _OFF, "mars": _OFF,
+            "warmup_steps": (lambda v: not v, "warmup_steps > 0 warms the lr up; pass schedule on the refopt side"),
+            "ecc": (lambda v: v is None, "ecc compresses the state"),
+            "param_ecc": (lambda v: v is None, "param_ecc compresses the parameters")},
+    state={}, match=_match_heavyball)   # heavyball nests its state (state[p][0][...]): compared through x
+
 _KW = dict(learning_rate=1e-2, b1=0.8, b2=0.95, b3=0.99, alpha=3.0, eps=1e-6, eps_root=1e-10, weight_decay=0.05)
+_KW_PO = dict(lr=1e-2, betas=(0.8, 0.95, 0.99), alpha=3.0, t_alpha_beta3=7, eps=1e-6, weight_decay=0.05,
+              weight_decouple=True)
+_KW_HB = dict(lr=1e-2, betas=(0.8, 0.95, 0.99), alpha=3.0, beta3_warmup=7, alpha_warmup=7, eps=1e-6,
+              weight_decay=0.05, storage_dtype="float64")
 _KW_S = dict(learning_rate=1e-3, b1=0.9, b2=0.99, alpha=2.0, eps=1e-6, eps_root=1e-10, weight_decay=0.05)
 
 CONVENTIONS = Conventions(
@@ -111,7 +195,7 @@ CONVENTIONS = Conventions(
     per_step="the bias corrections 1 - beta1^t and 1 - beta2^t, and the warmups of alpha and beta3",
     counters=(("bc1", "the bias correction of m1 (1 - beta1^t)"), ("bc2", "the bias correction of v (1 - beta2^t)"),
               ("warmup", "the step of the alpha and beta3 warmups")),
-    mappings=(OPTAX, OPTAX_SIMPLIFIED),
+    mappings=(OPTAX, OPTAX_SIMPLIFIED, PYTORCH_OPTIMIZER, HEAVYBALL),
     no_peer={"torch": "torch.optim ships no AdEMAMix",
              "schedulefree": "schedulefree ships the Schedule-Free optimizers only"},
     presets=(
@@ -123,11 +207,23 @@ CONVENTIONS = Conventions(
                                 "m = 0.99 m + g; alpha 0: m / (sqrt(v_hat) + eps)"),
         OPTAX_SIMPLIFIED.preset("optax.contrib.simplified_ademamix(alpha,wd)", _KW_S,
                                 "(m + 2 g) / (sqrt(v_hat) + eps), decay lr * 0.05 x"),
+        PYTORCH_OPTIMIZER.preset("pytorch_optimizer.AdEMAMix", dict(lr=1e-3), "optax's arithmetic, alpha 5"),
+        PYTORCH_OPTIMIZER.preset("pytorch_optimizer.AdEMAMix(betas,warmup,wd)", _KW_PO,
+                                 "the paper's warmups over 7 steps, decoupled decay lr * 0.05 x"),
+        HEAVYBALL.preset("heavyball.AdEMAMix(float64)", dict(lr=1e-3, storage_dtype="float64"),
+                         "alpha 2, max(sqrt(v_hat), eps), float64 state"),
+        HEAVYBALL.preset("heavyball.AdEMAMix(betas,warmup,wd)", _KW_HB,
+                         "heavyball's beta3 warmup (1e-8 inside the logs) over 7 steps, decay lr * 0.05 x"),
     ),
-    wrong=(Preset("WRONG slow EMA: optax.contrib.ademamix vs refopt AdamW", "optax", "contrib.ademamix",
+    wrong=(Preset("WRONG slow EMA: optax.contrib.ademamix vs refopt AdamW", "optax", "ademamix",
                   ("contrib.ademamix", _KW),
                   lambda: AdamW(lr=1e-2, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.05),
-                  "AdamW's m_hat alone vs m1_hat + alpha m2", state={}, expect_fail=True),),
+                  "AdamW's m_hat alone vs m1_hat + alpha m2", state={}, expect_fail=True),
+           Preset("WRONG warmup form: heavyball.AdEMAMix vs the paper's beta3 warmup", "heavyball", "ademamix",
+                  ("AdEMAMix", _KW_HB),
+                  lambda: AdEMAMix(lr=1e-2, beta1=0.8, beta2=0.95, beta3=0.99, alpha=3.0, eps=1e-6,
+                                   weight_decay=0.05, warmup=7, eps_form="max"),
+                  "ln(b + 1e-8) vs ln b in the beta3 warmup", state={}, expect_fail=True),),
     oracle=AdEMAMixOracle,
     variants=variants,
     facts=facts,

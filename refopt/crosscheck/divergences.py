@@ -45,12 +45,13 @@ from refopt.crosscheck import peers
 from refopt.crosscheck.atlas import (SEED, STEPS, Entry, Figure, Pair, Side, _expr, _p, _preset, _rules,
                                      _torch_averaged, _torch_clipped, _torch_lambda_lr, _torch_subclass, peer_side,
                                      restated_side)
-from refopt.crosscheck.presets import EXACT, PEERS, PRESETS, Preset
+from refopt.crosscheck.presets import ALL_PEERS, EXACT, PRESETS, Preset
 from refopt.crosscheck.problems import make_problem
 from refopt.crosscheck.run import Trajectory, figures, trajectory
 
 #: the distributions whose versions are recorded (the ``peers`` extra pins them)
-VERSIONED = ("torch", "jax", "jaxlib", "optax", "schedulefree")
+VERSIONED = ("torch", "jax", "jaxlib", "optax", "schedulefree", "prodigyopt", "dadaptation", "pytorch_optimizer",
+             "heavyball")
 
 
 def versions() -> dict:
@@ -217,8 +218,8 @@ def select(against: str = "all") -> list[Entry]:
     """The entries involving the peer ``against`` ('all': every entry, the restated-only ones included).
 
     Raises: ValueError for an unknown peer."""
-    if against != "all" and against not in PEERS:
-        raise ValueError(f"--against must be one of {['all', *PEERS]}, got {against!r}")
+    if against != "all" and against not in ALL_PEERS:
+        raise ValueError(f"--against must be one of {['all', *ALL_PEERS]}, got {against!r}")
     return [e for e in entries() if against == "all" or against in e.peers]
 
 

@@ -24,10 +24,10 @@ PEER_DEFAULTS = _defaults()
 
 
 def preset_for(rule, peer: str) -> Preset | None:
-    """The preset of ``peer`` ('torch', 'optax', 'schedulefree') that reproduces ``rule``, or None."""
-    from refopt.conventions import PEERS
-    if peer not in PEERS:
-        raise ValueError(f"unknown peer {peer!r}; choose from {sorted(PEERS)}")
+    """The preset of ``peer`` (one of :data:`refopt.conventions.ALL_PEERS`) that reproduces ``rule``, or None."""
+    from refopt.conventions import ALL_PEERS
+    if peer not in ALL_PEERS:
+        raise ValueError(f"unknown peer {peer!r}; choose from {sorted(ALL_PEERS)}")
     conv = for_rule(rule)
     if conv is None:
         return None

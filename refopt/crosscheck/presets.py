@@ -15,20 +15,21 @@ Tolerances (:class:`Tol`, their tiers and the measurements behind them): :mod:`r
 from __future__ import annotations
 
 from refopt.conventions import registry
-from refopt.conventions._spec import EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, PEERS, Preset, Tol
+from refopt.conventions._spec import EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, PEERS, ALL_PEERS, Preset, Tol
 
 __all__ = ["PRESETS", "MISCONFIGURED", "KNOWN_GAPS", "Preset", "Tol", "EXACT", "MUON_OPTAX", "MUON_TORCH_BF16",
-           "OPTAX_F32_WARMUP", "PEERS", "FAMILIES", "select"]
+           "OPTAX_F32_WARMUP", "PEERS", "ALL_PEERS", "FAMILIES", "select"]
 
-#: the checked peer calls of every conventions file, torch's first, then optax's, then schedulefree's
-PRESETS: list[Preset] = [p for peer in PEERS for c in registry().values() for p in c.presets if p.peer == peer]
+#: the checked peer calls of every conventions file, torch's first, then optax's, schedulefree's and the torch
+#: packages'
+PRESETS: list[Preset] = [p for peer in ALL_PEERS for c in registry().values() for p in c.presets if p.peer == peer]
 
 #: Known gaps of the presets above that refopt does not reproduce by design (reported, never run): kept
 #: out of PRESETS, whose rows are all reproduced.
 KNOWN_GAPS: list[Preset] = [p for c in registry().values() for p in c.gaps]
 
 #: Deliberately wrong presets: each must FAIL (they prove the tolerances catch real convention errors).
-MISCONFIGURED: list[Preset] = [p for peer in PEERS for c in registry().values() for p in c.wrong if p.peer == peer]
+MISCONFIGURED: list[Preset] = [p for peer in ALL_PEERS for c in registry().values() for p in c.wrong if p.peer == peer]
 
 FAMILIES = sorted({p.family for p in PRESETS})
 
@@ -38,8 +39,8 @@ def select(against: str = "all", families: list[str] | None = None, misconfigure
     the reports print them: ``Adam`` is ``adam``).
 
     Raises: ValueError for an unknown peer or family."""
-    if against != "all" and against not in PEERS:
-        raise ValueError(f"--against must be one of {['all', *PEERS]}, got {against!r}")
+    if against != "all" and against not in ALL_PEERS:
+        raise ValueError(f"--against must be one of {['all', *ALL_PEERS]}, got {against!r}")
     known = set(FAMILIES)
     families = [f.lower() if isinstance(f, str) else f for f in families] if families else families  # Adam = adam
     for f in families or []:

@@ -21,16 +21,24 @@ def alpha_warmup(t: int, alpha: float, warmup: int | None) -> float:
     return float(alpha) if warmup is None else min(t * float(alpha) / warmup, float(alpha))
 
 
-def beta3_warmup(t: int, beta1: float, beta3: float, warmup: int | None) -> float:
+def beta3_warmup(t: int, beta1: float, beta3: float, warmup: int | None, form: str = "paper") -> float:
     r"""The paper's beta3 scheduler (Sec. 3), linear in the half-life :math:`\ln(1/2) / \ln\beta` from beta1 to
     beta3 over T steps:
 
     .. math:: \beta_{3,t} = \min\Big(\exp\Big(\frac{\ln\beta_1 \ln\beta_3}{(1 - t/T)\ln\beta_3 + (t/T)\ln\beta_1}
               \Big), \beta_3\Big)
 
-    (``beta3`` itself without a warmup; beta1 = 0 or beta3 = 0 has no half-life: beta3 itself)."""
+    (``beta3`` itself without a warmup; beta1 = 0 or beta3 = 0 has no half-life: beta3 itself). ``form``
+    "heavyball" is heavyball 3.2.1's ``linear_hl_warmup_scheduler``: the same expression with beta1 + 1e-8 and
+    beta3 + 1e-8 inside the logs, clipped to [0, 1 - 1e-8] for t < T, and beta3 itself for t >= T."""
     if warmup is None or beta1 <= 0.0 or beta3 <= 0.0:
         return float(beta3)
+    if form == "heavyball":
+        if t >= warmup:
+            return float(beta3)
+        lb1, lb3 = math.log(beta1 + 1e-8), math.log(beta3 + 1e-8)
+        f = t / float(warmup)
+        return min(max(math.exp(lb1 * lb3 / ((1.0 - f) * lb3 + f * lb1)), 0.0), 1.0 - 1e-8)
     lb1, lb3 = math.log(beta1), math.log(beta3)
     f = t / warmup
     return min(math.exp(lb1 * lb3 / ((1.0 - f) * lb3 + f * lb1)), float(beta3))
@@ -60,6 +68,7 @@ class AdEMAMixContext(NamedTuple):
     eps_root: float
     bc1: float        # 1 - beta1^t
     bc2: float        # 1 - beta2^t
+    eps_max: bool     # eps_form == "max"
 
 
 @numba.njit
@@ -70,7 +79,9 @@ def _ademamix(x, g, s, i, c):
     s.m1[i] = m1
     s.m2[i] = m2
     s.v[i] = v
-    return (m1 / c.bc1 + c.alpha * m2) / (np.sqrt(v / c.bc2 + c.eps_root) + c.eps)
+    r = np.sqrt(v / c.bc2 + c.eps_root)
+    den = max(r, c.eps) if c.eps_max else r + c.eps
+    return (m1 / c.bc1 + c.alpha * m2) / den
 
 
 _ADEMAMIX = Elementwise(_ademamix, "ademamix")
@@ -101,6 +112,10 @@ class AdEMAMix(ElementwiseRule):
       eps: > 0 (1e-8); eps_root: >= 0, inside the square root (0).
       weight_decay: lambda >= 0 (0).
       warmup: None or T >= 1, the paper's ``T_alpha_beta3`` warmup of alpha and beta3 (None).
+      warmup_form: "paper" (the paper's beta3 warmup) or "heavyball" (heavyball 3.2.1's: 1e-8 added to beta1 and
+        beta3 inside the logs; see :func:`beta3_warmup`); alpha's warmup is the same in both.
+      eps_form: "add" (sqrt(v_hat + eps_root) + eps) or "max" (max(sqrt(v_hat + eps_root), eps), heavyball's
+        ``eps_sqrt``).
       schedule: t -> gamma_t.
 
     Shapes/dtypes: any float32 / float64 array; ``m1``, ``m2``, ``v`` like x.
@@ -118,6 +133,8 @@ class AdEMAMix(ElementwiseRule):
     eps_root: float = 0.0
     weight_decay: float = 0.0
     warmup: int | None = None
+    warmup_form: str = "paper"
+    eps_form: str = "add"
     schedule: Callable[[int], float] | None = None
 
     State = AdEMAMixState
@@ -133,6 +150,10 @@ class AdEMAMix(ElementwiseRule):
         if self.warmup is not None and (isinstance(self.warmup, bool) or not isinstance(self.warmup, int)
                                         or self.warmup < 1):
             raise ValueError(f"warmup must be None or an integer >= 1 (the steps T), got {self.warmup!r}")
+        if self.warmup_form not in ("paper", "heavyball"):
+            raise ValueError(f"warmup_form must be 'paper' or 'heavyball', got {self.warmup_form!r}")
+        if self.eps_form not in ("add", "max"):
+            raise ValueError(f"eps_form must be 'add' or 'max', got {self.eps_form!r}")
         _checks.schedule(self.schedule)
 
     def squares_grads(self, s):
@@ -143,10 +164,11 @@ class AdEMAMix(ElementwiseRule):
 
     def context(self, t, glob):
         lr_t, b1, b2 = lr_at(self, t), float(self.beta1), float(self.beta2)
-        b3 = beta3_warmup(t, b1, float(self.beta3), self.warmup)
+        b3 = beta3_warmup(t, b1, float(self.beta3), self.warmup, self.warmup_form)
         return AdEMAMixContext(lr_t, 1.0 - lr_t * float(self.weight_decay), lr_t, 1.0, b1, 1.0 - b1, b2, 1.0 - b2,
                                b3, 1.0 - b3, alpha_warmup(t, self.alpha, self.warmup), float(self.eps),
-                               float(self.eps_root), 1.0 - b1 ** t, 1.0 - b2 ** t), glob
+                               float(self.eps_root), 1.0 - b1 ** t, 1.0 - b2 ** t,
+                               self.eps_form == "max"), glob
 
     def kernel(self):
         return _ADEMAMIX

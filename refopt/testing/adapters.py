@@ -70,6 +70,10 @@ INSTALL = {
     "torch": "pip install torch==2.13.0",
     "optax": "pip install jax==0.10.2 jaxlib==0.10.2 optax==0.2.8",
     "schedulefree": "pip install torch==2.13.0 && pip install schedulefree==1.4.1",
+    "prodigyopt": "pip install torch==2.13.0 && pip install prodigyopt==1.1.2",
+    "dadaptation": "pip install torch==2.13.0 && pip install dadaptation==3.2",
+    "pytorch_optimizer": "pip install torch==2.13.0 && pip install pytorch-optimizer==4.1.0",
+    "heavyball": "pip install torch==2.13.0 && pip install heavyball==3.2.1",
 }
 
 
@@ -328,8 +332,11 @@ class TorchAdapter(Adapter):
             for k, v in state.opt.state.get(p, {}).items():
                 if isinstance(v, self.torch.Tensor) and v.ndim > 0:
                     # any shape (Adafactor's row_var / col_var); an array with the param's ndim (the param's
-                    # shape, or a keepdims reduction of it) is moved to refopt's layout like the param
+                    # shape, or a keepdims reduction of it) is moved to refopt's layout like the param; a
+                    # flattened copy of the param's shape (prodigyopt's s and p0) is reshaped to it first
                     a = v.detach().numpy()
+                    if v.ndim == 1 < p.ndim and v.numel() == p.numel():
+                        a, v = a.reshape(tuple(p.shape)), p
                     out.setdefault(str(k), [None] * n)[i] = from_layout(a, self.layout) if v.ndim == p.ndim \
                         else np.array(a, copy=True)
         return out

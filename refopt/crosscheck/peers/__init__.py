@@ -23,9 +23,13 @@ __all__ = ["INSTALL", "PeerNotInstalled", "require", "adapter", "available", "pr
 
 
 def adapter(peer: str):
-    """The module of ``peer`` ('torch', 'optax' or 'schedulefree'): ``load()`` and ``preset_adapter``."""
+    """The module of ``peer`` ('torch', 'optax', 'schedulefree'; a torch package: its
+    :class:`~refopt.crosscheck.peers.packages.Package`): ``load()`` and ``preset_adapter``."""
     if peer not in INSTALL:
         raise ValueError(f"unknown peer {peer!r}; choose from {sorted(INSTALL)}")
+    from refopt.crosscheck.peers.packages import PACKAGES
+    if peer in PACKAGES:
+        return PACKAGES[peer]
     return importlib.import_module(f"refopt.crosscheck.peers.{peer}")
 
 
