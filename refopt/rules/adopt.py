@@ -35,6 +35,7 @@ class ADOPTContext(NamedTuple):
     eps: float
     clip: bool
     clip_value: float  # (t - 1)^clip_exponent
+    nesterov: bool    # the step beta1 m + (1 - beta1) a in place of m
 
 
 @numba.njit
@@ -49,26 +50,12 @@ def _adopt(x, g, s, i, c):
     m = c.beta1 * s.m[i] + c.omb1 * a
     s.m[i] = m
     s.v[i] = c.beta2 * s.v[i] + c.omb2 * g2
+    if c.nesterov:
+        return c.beta1 * m + c.omb1 * a
     return m
 
 
-@numba.njit
-def _adopt_nesterov(x, g, s, i, c):
-    g2 = g * g
-    if c.first:
-        s.v[i] = g2
-        return 0.0
-    a = g / max(np.sqrt(s.v[i]), c.eps)
-    if c.clip:
-        a = min(max(a, -c.clip_value), c.clip_value)
-    m = c.beta1 * s.m[i] + c.omb1 * a
-    s.m[i] = m
-    s.v[i] = c.beta2 * s.v[i] + c.omb2 * g2
-    return c.beta1 * m + c.omb1 * a
-
-
 _ADOPT = Elementwise(_adopt, "adopt")
-_ADOPT_NESTEROV = Elementwise(_adopt_nesterov, "adopt_nesterov")
 
 
 @dataclass(frozen=True)
@@ -133,7 +120,7 @@ class ADOPT(ElementwiseRule):
         lr_t, b1, b2 = lr_at(self, t), float(self.beta1), float(self.beta2)
         clip_value = float(t - 1) ** float(self.clip_exponent) if t > 1 else 0.0
         return ADOPTContext(lr_t, 1.0, lr_t, 1.0, t == 1, b1, 1.0 - b1, b2, 1.0 - b2, float(self.eps),
-                            bool(self.clip), clip_value), glob
+                            bool(self.clip), clip_value, bool(self.nesterov)), glob
 
     def kernel(self):
-        return _ADOPT_NESTEROV if self.nesterov else _ADOPT
+        return _ADOPT
