@@ -50,7 +50,7 @@ from refopt.crosscheck.problems import make_problem
 from refopt.crosscheck.run import Trajectory, figures, trajectory
 
 #: the distributions whose versions are recorded (the ``peers`` extra pins them)
-VERSIONED = ("torch", "jax", "jaxlib", "optax", "schedulefree", "prodigyopt", "dadaptation", "pytorch_optimizer",
+VERSIONED = ("torch", "jax", "jaxlib", "optax", "schedulefree", "prodigyopt", "dadaptation", "pytorch-optimizer",
              "heavyball")
 
 
