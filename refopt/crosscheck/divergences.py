@@ -55,13 +55,14 @@ VERSIONED = ("torch", "jax", "jaxlib", "optax", "schedulefree", "prodigyopt", "d
 
 
 def versions() -> dict:
-    """{distribution: installed version or None} for the peers (and their jax/jaxlib)."""
+    """{peer (the distribution's name with '_' for '-'): installed version or None} for the peers (and their
+    jax/jaxlib)."""
     out = {}
     for name in VERSIONED:
         try:
-            out[name] = metadata.version(name)
+            out[name.replace("-", "_")] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            out[name] = None
+            out[name.replace("-", "_")] = None
     return out
 
 
