@@ -22,17 +22,8 @@ class Package:
     def preset_adapter(self, preset, factory=None):
         """The preset's ``<package>.<ctor>(params, **kwargs)`` as a TorchAdapter (``factory`` replaces the
         class and gets the kwargs as they are)."""
-        from refopt.crosscheck.peers.torch import LAYOUTS, takes_foreach
-        from refopt.testing.adapters import TorchAdapter
+        from refopt.crosscheck.peers import torch as torch_peer
 
-        mod = self.load()
-        ctor, kw = preset.peer_call
-        kw = dict(kw)
-        if factory is None:
-            factory = getattr(mod, ctor)
-            if takes_foreach(factory):
-                kw.setdefault("foreach", False)
-        return TorchAdapter(factory, kw, layout=LAYOUTS[preset.layout], name=f"{self.name}.{ctor}")
-
+        return torch_peer.preset_adapter(preset, factory, prefix=self.name, module=self.load())
 
 PACKAGES = {name: Package(name) for name in NAMES}

@@ -29,16 +29,17 @@ def takes_foreach(cls) -> bool:
         return False
 
 
-def preset_adapter(preset, factory=None, prefix: str = "torch.optim"):
-    """The preset's ``torch.optim.<ctor>(params, **kwargs)`` (or ``factory(params, **kwargs)``, which then
-    gets the kwargs as they are) as a TorchAdapter in the preset's layout."""
+def preset_adapter(preset, factory=None, prefix: str = "torch.optim", module=None):
+    """The preset's ``<module>.<ctor>(params, **kwargs)`` (``module`` default ``torch.optim``; or
+    ``factory(params, **kwargs)``, which then gets the kwargs as they are) as a TorchAdapter in the preset's
+    layout."""
     from refopt.testing.adapters import TorchAdapter
 
     torch = load()
     ctor, kw = preset.peer_call
     kw = dict(kw)
     if factory is None:
-        factory = getattr(torch.optim, ctor)
+        factory = getattr(torch.optim if module is None else module, ctor)
         if takes_foreach(factory):
             kw.setdefault("foreach", False)
     return TorchAdapter(factory, kw, layout=LAYOUTS[preset.layout], name=f"{prefix}.{ctor}")
