@@ -26,4 +26,6 @@ class Package:
 
         return torch_peer.preset_adapter(preset, factory, prefix=self.name, module=self.load())
 
+
+
 PACKAGES = {name: Package(name) for name in NAMES}
