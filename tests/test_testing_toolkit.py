@@ -81,6 +81,8 @@ RULES = [
     refopt.MADGRAD(lr=0.01),
     refopt.DoG(init_step="distance", init_value=0.1),
     refopt.DoWG(init_sq_dist=1e-2, eps=1e-12),
+    refopt.COCOB(eps=1e-12),
+    refopt.COCOB(alpha=20.0, weight_decay=0.1),   # L2: not scale invariant
     refopt.Prodigy(d0=1e-3, eps=1e-12),
     refopt.Prodigy(d0=1e-3, weight_decay=0.1, decoupled=False),   # L2: not scale invariant
     refopt.Mechanic(refopt.Adam(lr=0.01), eps=1e-3),   # eps in |h| + eps: not scale invariant
