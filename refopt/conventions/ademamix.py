@@ -181,6 +181,47 @@ HEAVYBALL = PeerMapping(
             "param_ecc": (lambda v: v is None, "param_ecc compresses the parameters")},
     state={}, match=_match_heavyball)   # heavyball nests its state (state[p][0][...]): compared through x
 
+def atlas_ademamix():
+    from refopt.crosscheck.atlas import Entry, Pair, peer_side, restated_side
+
+    kw = dict(lr=1e-2, betas=(0.8, 0.95, 0.99), alpha=3.0, eps=1e-6)
+    o = OPTAX.preset("optax.contrib.ademamix", dict(learning_rate=1e-2, b1=0.8, b2=0.95, b3=0.99, alpha=3.0,
+                                                    eps=1e-6), "atlas")
+    po = PYTORCH_OPTIMIZER.preset("pytorch_optimizer.AdEMAMix(warmup)", dict(kw, t_alpha_beta3=20), "atlas")
+    hb = HEAVYBALL.preset("heavyball.AdEMAMix(warmup)", dict(kw, beta3_warmup=20, alpha_warmup=20,
+                                                            storage_dtype="float64"), "atlas")
+    po_def = PYTORCH_OPTIMIZER.preset("pytorch_optimizer.AdEMAMix", dict(lr=1e-2), "atlas")
+    hb_def = HEAVYBALL.preset("heavyball.AdEMAMix", dict(lr=1e-2, storage_dtype="float64"), "atlas")
+    paper = AdEMAMix(lr=1e-2, beta1=0.8, beta2=0.95, beta3=0.99, alpha=3.0, eps=1e-6, warmup=20)
+    return Entry(
+        "ademamix-warmup-alpha",
+        "AdEMAMix's alpha and beta3 warmups and default alpha across optax.contrib, pytorch_optimizer and heavyball",
+        (peer_side("optax", o, source="optax 0.2.8: alpha and b3 constants unless the caller passes schedules"),
+         peer_side("pytorch_optimizer-warmup", po, source="pytorch_optimizer 4.1.0, t_alpha_beta3=20: the paper's "
+                                                          "schedulers"),
+         peer_side("heavyball-warmup", hb, source="heavyball 3.2.1, beta3_warmup=alpha_warmup=20: ln(b + 1e-8) in "
+                                                  "the beta3 warmup, max(sqrt(v_hat), eps)"),
+         peer_side("pytorch_optimizer", po_def, source="pytorch_optimizer 4.1.0 defaults: alpha 5"),
+         peer_side("heavyball", hb_def, source="heavyball 3.2.1 defaults: alpha 2"),
+         restated_side("paper", "Pagliardini et al. 2024, Sec. 3: alpha_t = min(t alpha / T, alpha), beta3_t linear "
+                       "in the half-life", lambda: paper, oracle=lambda: AdEMAMixOracle(paper),
+                       source="the paper's schedulers over T = 20 steps")),
+        (Pair("optax", "pytorch_optimizer-warmup", "final", 1e-3,
+              what="params after 50 steps: constant alpha and beta3 vs the 20-step warmups"),
+         Pair("pytorch_optimizer-warmup", "paper", "final", 1e-12, kind="max",
+              what="pytorch_optimizer's schedulers are the paper's"),
+         Pair("pytorch_optimizer-warmup", "heavyball-warmup", "final", 1e-6,
+              what="heavyball's 1e-8 inside the logs of the beta3 warmup and its max(sqrt(v_hat), eps)"),
+         Pair("pytorch_optimizer", "heavyball", "final", 1e-3, what="the default alpha: 5 vs 2")),
+        "The paper (Pagliardini et al. 2024) warms alpha up linearly and beta3 linearly in the half-life over T "
+        "steps; pytorch_optimizer's t_alpha_beta3 follows it to rounding. optax.contrib.ademamix has no warmup of "
+        "its own (alpha and b3 take schedules from the caller; constants by default). heavyball adds 1e-8 to "
+        "beta1 and beta3 inside the logs of the beta3 warmup, clips it below 1 - 1e-8, and takes "
+        "max(sqrt(v_hat), eps) in place of sqrt(v_hat) + eps; its default alpha is 2 where optax and pytorch_optimizer take 5.",
+        "Pagliardini, Ablin & Grangier 2024, Sec. 3; optax.contrib.ademamix 0.2.8; pytorch_optimizer 4.1.0; "
+        "heavyball 3.2.1")
+
+
 _KW = dict(learning_rate=1e-2, b1=0.8, b2=0.95, b3=0.99, alpha=3.0, eps=1e-6, eps_root=1e-10, weight_decay=0.05)
 _KW_PO = dict(lr=1e-2, betas=(0.8, 0.95, 0.99), alpha=3.0, t_alpha_beta3=7, eps=1e-6, weight_decay=0.05,
               weight_decouple=True)
@@ -225,6 +266,7 @@ CONVENTIONS = Conventions(
                                    weight_decay=0.05, warmup=7, eps_form="max"),
                   "ln(b + 1e-8) vs ln b in the beta3 warmup", state={}, expect_fail=True),),
     oracle=AdEMAMixOracle,
+    atlas=(atlas_ademamix,),
     variants=variants,
     facts=facts,
     golden=(GoldenCase("ademamix", lambda: AdEMAMix(lr=1e-3), "optax.contrib.ademamix's defaults", ("m1", "m2", "v")),
