@@ -84,6 +84,8 @@ RULES = [
     refopt.COCOB(eps=1e-12),
     refopt.COCOB(alpha=20.0, weight_decay=0.1),   # L2: not scale invariant
     refopt.Prodigy(d0=1e-3, eps=1e-12),
+    refopt.Cautious(refopt.Lion(), lr=1e-3),
+    refopt.Cautious(refopt.Adam(eps=1e-12), lr=1e-3, mask="signbit"),
     refopt.DAdaptAdam(d0=1e-3, eps=1e-12),
     refopt.DAdaptAdam(d0=1e-3, weight_decay=0.1),   # L2: not scale invariant
     refopt.Prodigy(d0=1e-3, weight_decay=0.1, decoupled=False),   # L2: not scale invariant
