@@ -115,6 +115,9 @@ class DirectionWrapper(Wrapper):
     """A wrapper stepping along its base rule's direction u (``base.direction_leaf``), with its own lr and
     schedule (Hyperball, Covariant). :meth:`check_base` rejects what it would silently drop."""
 
+    #: what replaces the base's decoupled decay, in check_base's error ({owner}: the wrapper's name)
+    decay_advice = "the norm control of {owner} replaces weight decay"
+
     def check_base(self) -> None:
         """ValueError when ``base`` is not a refopt rule, has no additive direction (no ``direction_leaf``,
         e.g. an averaging wrapper), or when it or a rule nested in it (a Partition's rules, an inner
@@ -135,8 +138,8 @@ class DirectionWrapper(Wrapper):
             if r.decoupled_decay():
                 wd = getattr(r, "weight_decay", "?")
                 raise ValueError(f"{owner}: the base rule {name} has weight_decay={wd} acting on the "
-                                 f"weights, not on the direction, so {owner} would drop it; set it to 0 (the norm "
-                                 f"control of {owner} replaces weight decay)")
+                                 f"weights, not on the direction, so {owner} would drop it; set it to 0 "
+                                 f"({self.decay_advice.format(owner=owner)})")
 
     def lr_info(self, ctx):
         return {"all": float(ctx.lr_t)}

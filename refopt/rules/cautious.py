@@ -77,6 +77,8 @@ class Cautious(DirectionWrapper):
     mask: str = "product"
     schedule: Callable[[int], float] | None = None
 
+    decay_advice = "pass weight_decay= to {owner}, which decays the weights"
+
     def __post_init__(self):
         self.check_base()
         _checks.nonnegative("lr", self.lr)
