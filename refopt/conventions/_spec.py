@@ -276,6 +276,15 @@ NO_DTYPE = (lambda v: v is None, "refopt keeps the state in the params' dtype")
 CONSTANT = (lambda v: not callable(v), "refopt takes a constant here (a schedule goes on the lr)")
 
 
+def _two_betas(v) -> bool:
+    return isinstance(v, (tuple, list)) and len(v) == 2 and all(
+        isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v)
+
+
+#: a torch-style ``betas`` pair, each in [0, 1)
+BETAS2 = (_two_betas, "betas must be (beta1, beta2), each in [0, 1)")
+
+
 # ------------------------------------------------------------------------------------------------------
 def scalar(v: float, dtype) -> Any:
     """``v`` (computed in float64) cast to the array dtype, as refopt and torch cast a step's scalars."""

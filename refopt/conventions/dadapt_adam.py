@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
+from refopt.conventions._spec import BETAS2, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.dadapt_adam import DAdaptAdam
 from refopt.rules.sgd import SGD
@@ -112,12 +112,6 @@ def facts(rule, of):
             "elementwise": True}
 
 
-def _betas(v):
-    return isinstance(v, (tuple, list)) and len(v) == 2 and all(
-        isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v)
-
-
-_BETAS = (_betas, "betas must be (beta1, beta2), each in [0, 1)")
 _LR = (lambda v: not callable(v), "refopt takes a constant multiplier here (a schedule goes on the rule's "
                                   "schedule=, read at t where optax reads its count t - 1)")
 
@@ -150,14 +144,14 @@ def _match_dadaptation(rule):
 
 OPTAX = PeerMapping("optax.contrib.dadapt_adamw", "optax", "contrib.dadapt_adamw",
                     dict(learning_rate=1.0, betas=(0.9, 0.999), eps=1e-8, estim_lr0=1e-6, weight_decay=0.0),
-                    _optax, "dadapt_adam", refuse={"betas": _BETAS, "learning_rate": _LR},
+                    _optax, "dadapt_adam", refuse={"betas": BETAS2, "learning_rate": _LR},
                     state={"m": "exp_avg", "v": "exp_avg_sq", "s": "grad_sum"}, match=_match_optax)
 
 DADAPTATION = PeerMapping(
     "dadaptation.DAdaptAdam", "dadaptation", "DAdaptAdam",
     dict(lr=1.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decouple=False, use_bias_correction=False,
          d0=1e-6, growth_rate=math.inf), _dadaptation, "dadapt_adam", ignore=("log_every",),
-    refuse={"betas": _BETAS,
+    refuse={"betas": BETAS2,
             "lr": (lambda v: not callable(v) and v > 0, "dadaptation.DAdaptAdam needs lr > 0 (it raises "
                                                          "'Invalid learning rate')"),
             "fsdp_in_use": (lambda v: v is False, "refopt reproduces the single-process step only")},

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
+from refopt.conventions._spec import BETAS2, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.prodigy import Prodigy
 from refopt.rules.sgd import SGD
@@ -107,12 +107,6 @@ def facts(rule, of):
             "elementwise": True}
 
 
-def _betas(v):
-    return isinstance(v, (tuple, list)) and len(v) == 2 and all(
-        isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in v)
-
-
-_BETAS = (_betas, "betas must be (beta1, beta2), each in [0, 1)")
 _LR = (lambda v: not callable(v), "refopt takes a constant multiplier here (a schedule goes on the rule's "
                                   "schedule=)")
 _FALSE = (lambda v: v is False, "refopt reproduces the single-process step only")
@@ -172,14 +166,14 @@ _TORCH_STATE = {"m": "exp_avg", "v": "exp_avg_sq", "s": "s", "x0": "p0"}
 OPTAX = PeerMapping("optax.contrib.prodigy", "optax", "contrib.prodigy",
                     dict(learning_rate=1.0, betas=(0.9, 0.999), beta3=None, eps=1e-8, estim_lr0=1e-6,
                          estim_lr_coef=1.0, weight_decay=0.0, safeguard_warmup=False), _optax, "prodigy",
-                    refuse={"betas": _BETAS, "learning_rate": _LR},
+                    refuse={"betas": BETAS2, "learning_rate": _LR},
                     state={"m": "exp_avg", "v": "exp_avg_sq", "s": "grad_sum", "x0": "params0"}, match=_match_optax)
 
 PRODIGYOPT = PeerMapping("prodigyopt.Prodigy", "prodigyopt", "Prodigy",
                          dict(lr=1.0, betas=(0.9, 0.999), beta3=None, eps=1e-8, weight_decay=0.0, decouple=True,
                               use_bias_correction=False, safeguard_warmup=False, d0=1e-6, d_coef=1.0,
                               growth_rate=math.inf), _prodigyopt, "prodigy",
-                         refuse={"betas": _BETAS, "fsdp_in_use": _FALSE,
+                         refuse={"betas": BETAS2, "fsdp_in_use": _FALSE,
                                  "slice_p": (lambda v: v == 1, "slice_p > 1 estimates d from every slice_p-th "
                                                                "entry; refopt reads every entry (slice_p=1)")},
                          state=_TORCH_STATE, match=_match_prodigyopt)
@@ -189,7 +183,7 @@ PYTORCH_OPTIMIZER = PeerMapping(
     dict(lr=1.0, betas=(0.9, 0.999), beta3=None, d0=1e-6, d_coef=1.0, growth_rate=math.inf, weight_decay=0.0,
          weight_decouple=True, bias_correction=False, safeguard_warmup=False, eps=1e-8), _pytorch_optimizer,
     "prodigy", ignore=("foreach",),
-    refuse={"betas": _BETAS, "maximize": _FALSE,
+    refuse={"betas": BETAS2, "maximize": _FALSE,
             "fixed_decay": (lambda v: v is False, "fixed_decay=True decays by weight_decay x, without dlr"),
             "eps": (lambda v: v is not None, "eps=None replaces m / (sqrt(v) + eps d) by atan2(m, sqrt(v))")},
     state=_TORCH_STATE, match=_match_pytorch_optimizer)

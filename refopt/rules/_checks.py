@@ -102,3 +102,9 @@ def boolean(name: str, value) -> None:
     """A Python bool (not a numpy bool: rules are stored as JSON in checkpoints)."""
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def growth_rate(value) -> None:
+    """A number >= 1 (math.inf: unbounded), the bound d_{t+1} <= rho d_t of a step-size estimate."""
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"growth_rate must be a number >= 1 (math.inf: unbounded), got {value!r}")

@@ -143,9 +143,7 @@ class DAdaptAdam(ElementwiseRule):
         _checks.unit_interval("beta2", self.beta2)
         _checks.positive("eps", self.eps)
         _checks.positive("d0", self.d0)
-        if not (isinstance(self.growth_rate, (int, float)) and not isinstance(self.growth_rate, bool)
-                and self.growth_rate >= 1):
-            raise ValueError(f"growth_rate must be a number >= 1 (math.inf: unbounded), got {self.growth_rate!r}")
+        _checks.growth_rate(self.growth_rate)
         _checks.nonnegative("weight_decay", self.weight_decay)
         _checks.boolean("decoupled", self.decoupled)
         _checks.boolean("bias_correction", self.bias_correction)
