@@ -7,6 +7,7 @@ import pytest
 
 import refopt
 from refopt.conventions import like
+from tree_steps import run
 
 
 def paper_matrix(x0, gs, *, lr, tau=-0.8, eps1=None, eps2=1e-3, d=1.0, wd=0.0, eps_add=False, relative=True,
@@ -46,13 +47,6 @@ def paper_matrix(x0, gs, *, lr, tau=-0.8, eps1=None, eps2=1e-3, d=1.0, wd=0.0, e
     return x, R, C, V
 
 
-def _run(rule, x0, gs):
-    x, s = x0, refopt.init(rule, x0)
-    for g in gs:
-        x, s = refopt.update(rule, s, x, g)
-    return x, s
-
-
 @pytest.fixture
 def stream():
     rng = np.random.default_rng(7)
@@ -67,7 +61,7 @@ def _far(a, b):
 def test_torch_form_from_the_paper(stream):
     x0, gs = stream
     rule = refopt.Adafactor(lr=0.3, beta2_decay=-0.7, eps2=1e-2, d=1.2, weight_decay=0.05)
-    x, s = _run(rule, x0, gs)
+    x, s = run(rule, x0, gs)
     want, R, C, _ = paper_matrix(x0, gs, lr=0.3, tau=-0.7, eps2=1e-2, d=1.2, wd=0.05)
     np.testing.assert_allclose(x, want, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(s.leaves.v_row[:, 0], R, rtol=1e-13)     # keepdims (n, 1): the rows' factor
@@ -77,7 +71,7 @@ def test_torch_form_from_the_paper(stream):
     assert _far(paper_matrix(x0, gs, lr=0.3, tau=-0.7, eps2=1e-2, d=1.2, wd=0.05, relative=False)[0], want) > 1e-4
     assert _far(paper_matrix(x0, gs, lr=0.3, tau=-0.7, eps2=1e-2, d=1.2, wd=0.05, factored=False)[0], want) > 1e-3
     tiny = [1e-8 * g for g in gs]
-    xt, _ = _run(refopt.Adafactor(lr=0.01, d=None), x0, tiny)
+    xt, _ = run(refopt.Adafactor(lr=0.01, d=None), x0, tiny)
     np.testing.assert_allclose(xt, paper_matrix(x0, tiny, lr=0.01, d=np.inf)[0], rtol=1e-12)
     assert _far(paper_matrix(x0, tiny, lr=0.01, d=np.inf, eps_add=True, eps1=1e-30)[0], xt) > 1e-4
 
@@ -86,19 +80,19 @@ def test_optax_form_from_the_paper(stream):
     x0, gs = stream
     rule = refopt.Adafactor(lr=0.02, beta2_decay=-0.8, eps1=1e-30, d=1.0, weight_decay=1e-3, beta1=0.9,
                             momentum_dtype="float64", min_dim_size_to_factor=4, form="optax")
-    x, s = _run(rule, x0, gs)
+    x, s = run(rule, x0, gs)
     want, R, C, _ = paper_matrix(x0, gs, lr=0.02, eps1=1e-30, wd=1e-3, eps_add=True, relative=False, m_beta=0.9)
     # optax evaluates beta2_t in float32: a relative 6e-8 in the moments, far below the controls below
     np.testing.assert_allclose(x, want, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(s.leaves.v_row, R, rtol=1e-6)   # (4, 6): optax's v_row reduces the largest axis
     np.testing.assert_allclose(s.leaves.v_col, C, rtol=1e-6)   # (the columns): the paper's R, shape (4,)
     assert s.leaves.v_row.shape == (4,) and s.leaves.v_col.shape == (6,)
-    xt, st = _run(rule, x0.T.copy(), [g.T.copy() for g in gs])  # (6, 4): now v_row is the columns' factor
+    xt, st = run(rule, x0.T.copy(), [g.T.copy() for g in gs])  # (6, 4): now v_row is the columns' factor
     np.testing.assert_allclose(st.leaves.v_row, R, rtol=1e-6)
     np.testing.assert_allclose(xt, want.T, rtol=1e-7, atol=1e-9)
     assert _far(paper_matrix(x0, gs, lr=0.02, eps1=1e-30, wd=1e-3, eps_add=True, relative=False)[0], want) > 1e-3
     # the default min_dim_size_to_factor=128 of optax keeps this matrix unfactored
-    x128, s128 = _run(refopt.Adafactor(lr=0.02, eps1=1e-30, min_dim_size_to_factor=128, form="optax"), x0, gs)
+    x128, s128 = run(refopt.Adafactor(lr=0.02, eps1=1e-30, min_dim_size_to_factor=128, form="optax"), x0, gs)
     np.testing.assert_allclose(x128, paper_matrix(x0, gs, lr=0.02, eps1=1e-30, eps_add=True, relative=False,
                                                   factored=False)[0], rtol=1e-7, atol=1e-9)
     assert s128.leaves.v.shape == (4, 6) and s128.leaves.v_row.size == 0
@@ -110,7 +104,7 @@ def test_vectors_zero_d_and_filters():
     gs = [{k: rng.standard_normal(np.shape(v)) for k, v in x0.items()} for _ in range(4)]
     for form in ("torch", "optax"):
         rule = refopt.Adafactor(lr=0.01, form=form, eps1=1e-30 if form == "optax" else None)
-        x, s = _run(rule, x0, gs)
+        x, s = run(rule, x0, gs)
         assert s.leaves["b"].v.shape == (5,) and s.leaves["s"].v.shape == ()
         assert np.all(np.isfinite(x["k"])) and np.isfinite(x["s"])
         # a vector: V is the EMA of g^2 itself (no factors)
@@ -130,13 +124,13 @@ def test_the_factored_step_is_not_permutation_equivariant(stream):
     p = np.random.default_rng(0).permutation(x0.size)
     perm = lambda a: a.reshape(-1)[p].reshape(a.shape)        # noqa: E731
     for rule, equivariant in ((refopt.Adafactor(lr=0.05), False), (refopt.Adafactor(lr=0.05, factored=False), True)):
-        a, _ = _run(rule, x0, gs)
-        b, _ = _run(rule, perm(x0), [perm(g) for g in gs])
+        a, _ = run(rule, x0, gs)
+        b, _ = run(rule, perm(x0), [perm(g) for g in gs])
         assert (_far(b, perm(a)) < 1e-13) == equivariant
     # rows and columns permuted separately: the factors commute with them
     pr, pc = np.random.default_rng(1).permutation(4), np.random.default_rng(2).permutation(6)
-    a, _ = _run(refopt.Adafactor(lr=0.05), x0, gs)
-    b, _ = _run(refopt.Adafactor(lr=0.05), x0[pr][:, pc], [g[pr][:, pc] for g in gs])
+    a, _ = run(refopt.Adafactor(lr=0.05), x0, gs)
+    b, _ = run(refopt.Adafactor(lr=0.05), x0[pr][:, pc], [g[pr][:, pc] for g in gs])
     assert _far(b, a[pr][:, pc]) < 1e-13
 
 

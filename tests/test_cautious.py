@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import refopt
+from tree_steps import run
 
 
 def _lion_cautious(x0, gs, lr, b1, b2, wd, form="product", rescale=True, mask=True):
@@ -35,24 +36,17 @@ def _data(seed=2, n=9, steps=5):
     return rng.standard_normal(n), [rng.standard_normal(n) for _ in range(steps)]
 
 
-def _run(rule, x0, gs):
-    x, s = x0, refopt.init(rule, x0)
-    for g in gs:
-        x, s = refopt.update(rule, s, x, g)
-    return x
-
-
 @pytest.mark.parametrize("form", ["product", "signbit"])
 def test_lion_under_the_mask_from_the_algorithm(form):
     x0, gs = _data()
     rule = refopt.Cautious(refopt.Lion(beta1=0.8, beta2=0.95), lr=0.01, weight_decay=0.1, mask=form)
     want = _lion_cautious(x0, gs, 0.01, 0.8, 0.95, 0.1, form)
-    np.testing.assert_allclose(_run(rule, x0, gs), want, rtol=1e-15, atol=1e-16)
+    np.testing.assert_allclose(run(rule, x0, gs)[0], want, rtol=1e-15, atol=1e-16)
 
 
 def test_negative_controls_are_caught():
     x0, gs = _data()
-    got = _run(refopt.Cautious(refopt.Lion(beta1=0.8, beta2=0.95), lr=0.01, weight_decay=0.1), x0, gs)
+    got = run(refopt.Cautious(refopt.Lion(beta1=0.8, beta2=0.95), lr=0.01, weight_decay=0.1), x0, gs)[0]
     for wrong in (dict(rescale=False), dict(mask=False), dict(wd=0.0)):
         kw = dict(lr=0.01, b1=0.8, b2=0.95, wd=0.1)
         kw.update({k: v for k, v in wrong.items() if k == "wd"})
@@ -93,7 +87,7 @@ def test_signbit_mask_is_heavyballs_caution():
 def test_float32_stays_float32_and_bad_inputs():
     x0, gs = _data()
     rule = refopt.Cautious(refopt.Adam(), lr=0.01)
-    x = _run(rule, x0.astype(np.float32), [g.astype(np.float32) for g in gs])
+    x = run(rule, x0.astype(np.float32), [g.astype(np.float32) for g in gs])[0]
     assert x.dtype == np.float32
     for bad in (dict(lr=-1.0), dict(weight_decay=-0.1), dict(mask="sign")):
         with pytest.raises(ValueError):

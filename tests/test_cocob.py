@@ -12,6 +12,7 @@ import pytest
 import refopt
 from refopt.crosscheck.plugin import check_impl
 from refopt.rules.cocob import COCOB, COCOBState
+from tree_steps import run
 
 
 def _tree(seed=3, steps=4):
@@ -61,13 +62,6 @@ def algorithm2(x0, gs, lr, alpha, eps, wd, bug=None, fused=None):
     return out, state
 
 
-def _run(rule, x0, gs):
-    x, s = x0, refopt.init(rule, x0)
-    for g in gs:
-        x, s = refopt.update(rule, s, x, g)
-    return x, s
-
-
 def _gap(a, b):
     return max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
 
@@ -82,7 +76,7 @@ def _rule(**kw):
 @pytest.mark.parametrize("fma", [True, False])
 def test_cocob_four_steps_from_algorithm_2(fma):
     x0, gs = _tree()
-    x, s = _run(_rule(fma=fma), x0, gs)
+    x, s = run(_rule(fma=fma), x0, gs)
     want, st = algorithm2(x0, gs, **KW)
     for k in x0:
         np.testing.assert_allclose(x[k], want[k], rtol=1e-14, atol=1e-15)
@@ -101,15 +95,15 @@ def test_cocob_fused_multiply_adds_bit_for_bit():
     jax.jit makes of optax's step); fma=False rounds every product. Both bit for bit against exact rationals."""
     x0, gs = _tree(5, steps=6)
     for fused in (True, False):
-        x, s = _run(_rule(fma=fused), x0, gs)
+        x, s = run(_rule(fma=fused), x0, gs)
         want, st = algorithm2(x0, gs, **KW, fused=fused)
         for k in x0:
             np.testing.assert_array_equal(x[k], want[k])
             np.testing.assert_array_equal(s.leaves[k].theta, st[k]["theta"])
             np.testing.assert_array_equal(s.leaves[k].reward, st[k]["reward"])
     # the two roundings differ (by ulps), and the unfused reference is not the fused one
-    a, _ = _run(_rule(fma=True), x0, gs)
-    b, _ = _run(_rule(fma=False), x0, gs)
+    a, _ = run(_rule(fma=True), x0, gs)
+    b, _ = run(_rule(fma=False), x0, gs)
     assert 0 < _gap(a, b) < 1e-13
 
 
@@ -133,11 +127,11 @@ def test_cocob_lr_is_a_scale_of_the_gradient():
     """The bet has degree 0 in the gradient (L2 decay included, as lr scales g + wd x): lr changes the step only
     against eps. Negative control: with eps above the scaled gradients it does change the step."""
     x0, gs = _tree(7)
-    a, _ = _run(COCOB(lr=1.0, eps=1e-100, weight_decay=0.1), x0, gs)
-    b, _ = _run(COCOB(lr=3.0, eps=1e-100, weight_decay=0.1), x0, gs)
+    a, _ = run(COCOB(lr=1.0, eps=1e-100, weight_decay=0.1), x0, gs)
+    b, _ = run(COCOB(lr=3.0, eps=1e-100, weight_decay=0.1), x0, gs)
     assert _gap(a, b) < 1e-13
-    c, _ = _run(COCOB(lr=1e-3, eps=1e-2), x0, gs)
-    d, _ = _run(COCOB(lr=1.0, eps=1e-2), x0, gs)
+    c, _ = run(COCOB(lr=1e-3, eps=1e-2), x0, gs)
+    d, _ = run(COCOB(lr=1.0, eps=1e-2), x0, gs)
     assert _gap(c, d) > 1e-3
 
 
@@ -145,7 +139,7 @@ def test_cocob_float32_stays_float32():
     x0, gs = _tree()
     x32 = {k: v.astype(np.float32) for k, v in x0.items()}
     g32 = [{k: v.astype(np.float32) for k, v in g.items()} for g in gs]
-    x, s = _run(_rule(), x32, g32)
+    x, s = run(_rule(), x32, g32)
     want, _ = algorithm2(x0, gs, **KW)
     for k in x0:
         assert x[k].dtype == np.float32

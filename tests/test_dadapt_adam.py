@@ -10,6 +10,7 @@ import pytest
 import refopt
 from refopt import checkpoint
 from refopt.rules.dadapt_adam import DAdaptAdamGlobal
+from tree_steps import run
 
 
 def _tree(seed=3):
@@ -50,13 +51,6 @@ def dadapt(x0, gs, lr=1.0, b1=0.9, b2=0.999, eps=1e-8, d0=1e-6, growth=math.inf,
     return {k: np.array(x[k]).reshape(x0[k].shape) for k in keys}
 
 
-def _run(rule, x0, gs):
-    x, s = x0, refopt.init(rule, x0)
-    for g in gs:
-        x, s = refopt.update(rule, s, x, g)
-    return x, s
-
-
 def _close(a, b, tol=1e-13):
     return all(np.allclose(a[k], b[k], rtol=tol, atol=0) for k in a)
 
@@ -76,14 +70,14 @@ RULE = dict(lr=2.0, beta1=0.8, beta2=0.99, eps=1e-3, d0=1e-2, weight_decay=0.05)
 ])
 def test_four_steps_from_the_algorithm(extra, rule_extra):
     x0, gs = _tree()
-    x, s = _run(refopt.DAdaptAdam(**RULE, **rule_extra), x0, gs)
+    x, s = run(refopt.DAdaptAdam(**RULE, **rule_extra), x0, gs)
     assert _close(x, dadapt(x0, gs, **KW, **extra))
     assert isinstance(s.glob, DAdaptAdamGlobal) and s.glob.d > 1e-2          # the estimate grew
 
 
 def test_negative_controls_are_caught():
     x0, gs = _tree()
-    x, _ = _run(refopt.DAdaptAdam(**RULE, bias_correction=True, growth_rate=1.2), x0, gs)
+    x, _ = run(refopt.DAdaptAdam(**RULE, bias_correction=True, growth_rate=1.2), x0, gs)
     assert _close(x, dadapt(x0, gs, **KW, bc=True, growth=1.2))
     for wrong in (dict(bc=True, growth=1.2, per_leaf=True), dict(bc=True, growth=1.2, new_s=True),
                   dict(growth=1.2), dict(bc=True)):
@@ -117,7 +111,7 @@ def test_float32_stays_float32():
     x0, gs = _tree()
     x32 = {k: v.astype(np.float32) for k, v in x0.items()}
     rule = refopt.DAdaptAdam(d0=1e-2, bias_correction=True)
-    x, s = _run(rule, x32, [{k: v.astype(np.float32) for k, v in g.items()} for g in gs])
+    x, s = run(rule, x32, [{k: v.astype(np.float32) for k, v in g.items()} for g in gs])
     assert all(v.dtype == np.float32 for v in x.values())
     want = dadapt(x0, gs, d0=1e-2, bc=True)
     assert all(np.allclose(x[k], want[k], rtol=1e-4) for k in x)
@@ -126,7 +120,7 @@ def test_float32_stays_float32():
 def test_global_state_checkpoint_resume_bit_identical(tmp_path):
     rule = refopt.DAdaptAdam(d0=1e-3, growth_rate=1.2, bias_correction=True)
     x0, gs = _tree(11)
-    x, s = _run(rule, x0, gs[:3])
+    x, s = run(rule, x0, gs[:3])
     path = str(tmp_path / "ck")
     checkpoint.save(path, x, s, rule)
     x2, s2, rule2 = checkpoint.load(path)[:3]

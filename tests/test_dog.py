@@ -9,6 +9,7 @@ import pytest
 import refopt
 from refopt import checkpoint
 from refopt.rules.dog import DoGGlobal, DoWGGlobal
+from tree_steps import run
 
 
 def _tree(seed=2):
@@ -46,13 +47,6 @@ def dowg(x0, gs, lr, r2, eps, wd, unweighted=False):
     return x
 
 
-def _run(rule, x0, gs):
-    x, s = x0, refopt.init(rule, x0)
-    for g in gs:
-        x, s = refopt.update(rule, s, x, g)
-    return x, s
-
-
 def _close(a, b, tol=1e-14):
     return all(np.allclose(a[k], b[k], rtol=tol, atol=tol) for k in a)
 
@@ -63,7 +57,7 @@ def _gap(a, b):
 
 def test_dog_three_steps_from_the_algorithm():
     x0, gs = _tree()
-    x, s = _run(refopt.DoG(lr=3.0, init_step="distance", init_value=0.1, eps=1e-6, weight_decay=0.05), x0, gs)
+    x, s = run(refopt.DoG(lr=3.0, init_step="distance", init_value=0.1, eps=1e-6, weight_decay=0.05), x0, gs)
     want = dog(x0, gs, 3.0, 0.1, 1e-6, 0.05)
     assert _close(x, want)
     assert isinstance(s.glob, DoGGlobal) and s.glob.max_dist > 0.1
@@ -73,7 +67,7 @@ def test_dog_three_steps_from_the_algorithm():
 def test_dog_heuristic_and_learning_rate_starts():
     x0, gs = _tree(4)
     norm0 = math.sqrt(_n2(x0))
-    x, _ = _run(refopt.DoG(), x0, gs)
+    x, _ = run(refopt.DoG(), x0, gs)
     assert _close(x, dog(x0, gs, 1.0, 1e-6 * (1 + norm0), 1e-8, 0.0))
     # init_step='learning_rate': the first step is x - 0.01 g, then r_0 = 0 and the estimate
     rule = refopt.DoG(init_step="learning_rate", init_value=1e-2)
@@ -84,12 +78,12 @@ def test_dog_heuristic_and_learning_rate_starts():
 
 def test_dowg_three_steps_from_the_algorithm():
     x0, gs = _tree(7)
-    x, s = _run(refopt.DoWG(lr=3.0, init_sq_dist=1e-2, eps=1e-6, weight_decay=0.01), x0, gs)
+    x, s = run(refopt.DoWG(lr=3.0, init_sq_dist=1e-2, eps=1e-6, weight_decay=0.01), x0, gs)
     assert _close(x, dowg(x0, gs, 3.0, 1e-2, 1e-6, 0.01))
     assert s.glob.sq_dist > 1e-2
     assert isinstance(s.glob, DoWGGlobal)
     assert _gap(dowg(x0, gs, 3.0, 1e-2, 1e-6, 0.01, unweighted=True), x) > 1e-3
-    x, _ = _run(refopt.DoWG(), x0, gs)                   # rbar_0^2 = eps by default
+    x, _ = run(refopt.DoWG(), x0, gs)                   # rbar_0^2 = eps by default
     assert _close(x, dowg(x0, gs, 1.0, 1e-4, 1e-4, 0.0))
 
 
@@ -97,8 +91,8 @@ def test_the_step_size_is_one_number_over_the_tree_and_scale_free():
     """x - eta g with eta ~ 1/||g||: scaling every gradient by c leaves the trajectory (eps -> 0)."""
     x0, gs = _tree(9)
     rule = refopt.DoG(init_step="distance", init_value=0.1, eps=1e-30)
-    a, _ = _run(rule, x0, gs)
-    b, _ = _run(rule, x0, [{k: 1e3 * v for k, v in g.items()} for g in gs])
+    a, _ = run(rule, x0, gs)
+    b, _ = run(rule, x0, [{k: 1e3 * v for k, v in g.items()} for g in gs])
     assert _close(a, b, 1e-12)
 
 
@@ -107,7 +101,7 @@ def test_the_step_size_is_one_number_over_the_tree_and_scale_free():
 def test_global_state_checkpoint_resume_bit_identical(make, tmp_path):
     rule = make()
     x0, gs = _tree(11)
-    x, s = _run(rule, x0, gs[:2])
+    x, s = run(rule, x0, gs[:2])
     path = str(tmp_path / "ck")
     checkpoint.save(path, x, s, rule)
     x2, s2, rule2 = checkpoint.load(path)[:3]
@@ -143,5 +137,5 @@ def test_dog_inside_partition_estimates_per_group():
     x0, gs = _tree(13)
     inner = refopt.DoG(init_step="distance", init_value=0.1)
     rule = refopt.Partition({"w": inner, "b": inner}, lambda path, x: path)
-    x, s = _run(rule, x0, gs)
+    x, s = run(rule, x0, gs)
     assert _close(x, dog(x0, gs, 1.0, 0.1, 1e-8, 0.0, per_leaf=True))

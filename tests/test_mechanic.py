@@ -12,6 +12,7 @@ import refopt
 from refopt import checkpoint
 from refopt.rules.dog import DoGGlobal
 from refopt.rules.mechanic import Mechanic, MechanicGlobal, optax_betas
+from tree_steps import run
 
 OPTAX = dict(recompute=True, clip_h=True, reward_unclipped=True, eps_in=True)
 
@@ -84,13 +85,6 @@ def mechanic(x0, gs, base, lam, eps, s_init, betas, recompute=False, clip_h=Fals
     return x
 
 
-def _run(rule, x0, gs):
-    x, s = x0, refopt.init(rule, x0)
-    for g in gs:
-        x, s = refopt.update(rule, s, x, g)
-    return x, s
-
-
 def _close(a, b, tol=1e-14):
     return all(np.allclose(a[k], b[k], rtol=tol, atol=tol) for k in a)
 
@@ -109,7 +103,7 @@ def _sgd_rule():
 
 def test_four_steps_from_algorithm_1_with_optax_s_departures():
     x0, gs = _tree()
-    x, s = _run(_sgd_rule(), x0, gs)
+    x, s = run(_sgd_rule(), x0, gs)
     assert _close(x, mechanic(x0, gs, sgd_momentum(0.1, 0.9), **HP, **OPTAX))
     assert isinstance(s.glob, MechanicGlobal) and len(s.glob.s) == 3 and all(type(a) is float for a in s.glob.s)
     assert abs(sum(s.glob.s) - HP["s_init"] * 3) > 1e-3          # the scale has moved
@@ -119,21 +113,21 @@ def test_four_steps_from_algorithm_1_with_optax_s_departures():
 def test_each_departure_of_optax_from_algorithm_1_is_visible(off):
     """Negative controls: the algorithm with one of optax's departures undone is caught."""
     x0, gs = _tree()
-    x, _ = _run(_sgd_rule(), x0, gs)
+    x, _ = run(_sgd_rule(), x0, gs)
     other = mechanic(x0, gs, sgd_momentum(0.1, 0.9), **HP, **{**OPTAX, off: False})
     assert _gap(other, x) > 1e-5
 
 
 def test_one_scale_over_the_tree_not_per_leaf_and_the_decay_term_counts():
     x0, gs = _tree()
-    x, _ = _run(_sgd_rule(), x0, gs)
+    x, _ = run(_sgd_rule(), x0, gs)
     assert _gap(mechanic(x0, gs, sgd_momentum(0.1, 0.9), **HP, **OPTAX, per_leaf=True), x) > 1e-3
     assert _gap(mechanic(x0, gs, sgd_momentum(0.1, 0.9), **{**HP, "lam": 0.0}, **OPTAX), x) > 1e-5
 
 
 def test_adam_base_at_optax_s_defaults():
     x0, gs = _tree(7)
-    x, _ = _run(Mechanic(refopt.like("optax.adam", learning_rate=0.05)), x0, gs)
+    x, _ = run(Mechanic(refopt.like("optax.adam", learning_rate=0.05)), x0, gs)
     want = mechanic(x0, gs, adam(0.05), 1e-2, 1e-8, 1e-6, optax_betas(6), **OPTAX)
     assert _close(x, want)
     assert optax_betas(6) == tuple(1.0 - 0.1 ** i for i in range(1, 7)) and Mechanic(refopt.SGD()).betas[0] == 0.9
@@ -161,7 +155,7 @@ def test_mechanic_inside_a_partition_tunes_each_group():
     """optax.multi_transform gives each group its own mechanize: refopt.Partition does the same."""
     x0, gs = _tree(9)
     rule = refopt.Partition({"w": _sgd_rule(), "b": _sgd_rule()}, lambda path, x: path)
-    x, _ = _run(rule, x0, gs)
+    x, _ = run(rule, x0, gs)
     assert _close(x, mechanic(x0, gs, sgd_momentum(0.1, 0.9), **HP, **OPTAX, per_leaf=True))
 
 
@@ -174,7 +168,7 @@ def test_global_state_checkpoint_resume_bit_identical(make, dtype, tmp_path):
     x0, gs = _tree(11)
     x0 = {k: v.astype(dtype) for k, v in x0.items()}
     gs = [{k: v.astype(dtype) for k, v in g.items()} for g in gs]
-    x, s = _run(rule, x0, gs[:3])
+    x, s = run(rule, x0, gs[:3])
     assert all(a.dtype == dtype for a in refopt.tree.leaves(x)) and all(
         a.dtype == dtype for a in refopt.tree.leaves(s.leaves) if isinstance(a, np.ndarray))
     path = str(tmp_path / "ck")

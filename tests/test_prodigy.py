@@ -10,6 +10,7 @@ import pytest
 import refopt
 from refopt import checkpoint
 from refopt.rules.prodigy import ProdigyGlobal
+from tree_steps import run
 
 
 def _tree(seed=3):
@@ -55,13 +56,6 @@ def prodigy(x0, gs, lr=1.0, b1=0.9, b2=0.999, b3=None, eps=1e-8, d0=1e-6, coef=1
     return {k: np.array(x[k]).reshape(x0[k].shape) for k in keys}
 
 
-def _run(rule, x0, gs):
-    x, s = x0, refopt.init(rule, x0)
-    for g in gs:
-        x, s = refopt.update(rule, s, x, g)
-    return x, s
-
-
 def _close(a, b, tol=1e-13):
     return all(np.allclose(a[k], b[k], rtol=tol, atol=0) for k in a)
 
@@ -82,14 +76,14 @@ RULE = dict(lr=2.0, beta1=0.8, beta2=0.99, beta3=0.95, eps=1e-3, d0=1e-2, d_coef
 ])
 def test_four_steps_from_the_algorithm(extra, rule_extra):
     x0, gs = _tree()
-    x, s = _run(refopt.Prodigy(**RULE, **rule_extra), x0, gs)
+    x, s = run(refopt.Prodigy(**RULE, **rule_extra), x0, gs)
     assert _close(x, prodigy(x0, gs, **KW, **extra))
     assert isinstance(s.glob, ProdigyGlobal) and s.glob.d > 1e-2          # the estimate grew
 
 
 def test_negative_controls_are_caught():
     x0, gs = _tree()
-    x, _ = _run(refopt.Prodigy(**RULE, bias_correction=True), x0, gs)
+    x, _ = run(refopt.Prodigy(**RULE, bias_correction=True), x0, gs)
     assert _close(x, prodigy(x0, gs, **KW, bc=True))
     for wrong in (dict(bc=True, per_leaf=True), dict(bc=True, eps_current=True), dict()):
         assert _gap(x, prodigy(x0, gs, **KW, **wrong)) > 1e-6
@@ -124,7 +118,7 @@ def test_float32_stays_float32():
     x0, gs = _tree()
     x32 = {k: v.astype(np.float32) for k, v in x0.items()}
     rule = refopt.Prodigy(d0=1e-2, bias_correction=True)
-    x, s = _run(rule, x32, [{k: v.astype(np.float32) for k, v in g.items()} for g in gs])
+    x, s = run(rule, x32, [{k: v.astype(np.float32) for k, v in g.items()} for g in gs])
     assert all(v.dtype == np.float32 for v in x.values())
     want = prodigy(x0, gs, d0=1e-2, bc=True)
     assert all(np.allclose(x[k], want[k], rtol=1e-4) for k in x)
@@ -133,7 +127,7 @@ def test_float32_stays_float32():
 def test_global_state_checkpoint_resume_bit_identical(tmp_path):
     rule = refopt.Prodigy(d0=1e-3, growth_rate=1.2, bias_correction=True)
     x0, gs = _tree(11)
-    x, s = _run(rule, x0, gs[:3])
+    x, s = run(rule, x0, gs[:3])
     path = str(tmp_path / "ck")
     checkpoint.save(path, x, s, rule)
     x2, s2, rule2 = checkpoint.load(path)[:3]
@@ -181,7 +175,7 @@ def test_pytorch_optimizer_coupled_decay_is_a_no_op():
     po = pytest.importorskip("pytorch_optimizer")
     x0, gs = _tree()
 
-    def run(**kw):
+    def peer_run(**kw):
         p = [torch.tensor(x0["w"]), torch.tensor(x0["b"])]
         opt = po.Prodigy(p, foreach=False, **kw)
         for g in gs:
@@ -189,7 +183,7 @@ def test_pytorch_optimizer_coupled_decay_is_a_no_op():
             opt.step()
         return [q.detach().numpy() for q in p]
 
-    a, b = run(weight_decay=0.1, weight_decouple=False), run()
+    a, b = peer_run(weight_decay=0.1, weight_decouple=False), peer_run()
     assert all(np.array_equal(u, w) for u, w in zip(a, b))
-    c = run(weight_decay=0.1)                                # decoupled decay does move it
+    c = peer_run(weight_decay=0.1)                           # decoupled decay does move it
     assert not np.array_equal(a[0], c[0])

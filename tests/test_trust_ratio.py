@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import refopt
+from tree_steps import run
 
 
 def _norm(a):
@@ -49,19 +50,12 @@ def _problem(seed=5, steps=7):
     return x0, gs
 
 
-def _run(rule, x0, gs):
-    x, s = x0, refopt.init(rule, x0)
-    for g in gs:
-        x, s = refopt.update(rule, s, x, g)
-    return x, s
-
-
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_lars_from_the_algorithm(nesterov):
     x0, gs = _problem()
     kw = dict(lr=0.1, mu=0.8, wd=0.01, eta=0.02, eps=1e-3)
     rule = refopt.LARS(lr=0.1, momentum=0.8, weight_decay=0.01, trust_coefficient=0.02, eps=1e-3, nesterov=nesterov)
-    x, _ = _run(rule, x0, gs)
+    x, _ = run(rule, x0, gs)
     for k in ("w", "b"):
         want = lars_reference(x0[k], [g[k] for g in gs], **kw, nesterov=nesterov)
         np.testing.assert_allclose(x[k], want, rtol=1e-13, atol=1e-16)
@@ -87,12 +81,12 @@ def test_lars_without_momentum_has_relative_step_lr_times_eta():
 
 def test_a_zero_bias_moves_by_minus_lr_u_as_in_optax():
     x0, gs = _problem(steps=1)
-    x, _ = _run(refopt.LARS(lr=0.1, momentum=0.9), x0, gs)
+    x, _ = run(refopt.LARS(lr=0.1, momentum=0.9), x0, gs)
     np.testing.assert_array_equal(x["b"], -0.1 * gs[0]["b"])                  # ratio 1 at ||x|| = 0
-    x, _ = _run(refopt.LAMB(lr=0.1), x0, gs)
+    x, _ = run(refopt.LAMB(lr=0.1), x0, gs)
     np.testing.assert_allclose(x["b"], -0.1 * gs[0]["b"] / (np.abs(gs[0]["b"]) + 1e-6), rtol=1e-15)
     # Covariant (the ELR form) makes no step there: the atlas entry trust-ratio-zero-norm
-    x, _ = _run(refopt.Covariant(refopt.Adam(eps=1e-6), lr=0.1), x0, gs)
+    x, _ = run(refopt.Covariant(refopt.Adam(eps=1e-6), lr=0.1), x0, gs)
     np.testing.assert_array_equal(x["b"], 0.0)
 
 
@@ -100,7 +94,7 @@ def test_lamb_from_the_algorithm():
     x0, gs = _problem()
     kw = dict(lr=0.01, b1=0.8, b2=0.95, eps=1e-4, eps_root=1e-8, wd=0.05)
     rule = refopt.LAMB(lr=0.01, beta1=0.8, beta2=0.95, eps=1e-4, eps_root=1e-8, weight_decay=0.05)
-    x, s = _run(rule, x0, gs)
+    x, s = run(rule, x0, gs)
     for k in ("w", "b"):
         want = lamb_reference(x0[k], [g[k] for g in gs], **kw)
         np.testing.assert_allclose(x[k], want, rtol=1e-13, atol=1e-16)
@@ -113,8 +107,8 @@ def test_lamb_without_decay_is_covariant_adam_on_non_zero_arrays():
     rng = np.random.default_rng(2)
     x0 = {"w": rng.standard_normal((3, 3)), "b": rng.standard_normal(3)}
     gs = [{"w": rng.standard_normal((3, 3)), "b": rng.standard_normal(3)} for _ in range(5)]
-    a, _ = _run(refopt.LAMB(lr=0.02, eps=1e-6), x0, gs)
-    b, _ = _run(refopt.Covariant(refopt.Adam(eps=1e-6), lr=0.02), x0, gs)
+    a, _ = run(refopt.LAMB(lr=0.02, eps=1e-6), x0, gs)
+    b, _ = run(refopt.Covariant(refopt.Adam(eps=1e-6), lr=0.02), x0, gs)
     for k in a:
         np.testing.assert_allclose(a[k], b[k], rtol=1e-14)
 
