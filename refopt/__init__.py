@@ -16,7 +16,7 @@ from refopt.checkpoint import Checkpoint, CheckpointError, load, save
 from refopt.core import OptState, Rule, direction, eval_params, init, update, update_
 from refopt.linalg import msign
 from refopt import rules as _rules
-from refopt.labels import gpt_labels, matrix_labels, mlp_labels
+from refopt.labels import at_least_2d_labels, gpt_labels, matrix_labels, mlp_labels
 from refopt.rules import RefoptWarning
 
 globals().update({c.__name__: c for c in _rules.exported_rules()})   # every rule class of refopt/rules/
@@ -42,5 +42,6 @@ __all__ = [
     "OptState", "Rule", "init", "update", "update_", "direction", "eval_params", "save", "load", "Checkpoint",
     "CheckpointError", "msign",
     *(c.__name__ for c in _rules.exported_rules()), "like", "RefoptWarning", "gpt_labels", "matrix_labels",
+    "at_least_2d_labels",
     "mlp_labels", "__version__",
 ]

@@ -2,7 +2,8 @@
 
 Practitioners send the hidden matrices of a network to Muon or Hyperball (label ``'hidden'``) and the
 embeddings, the output head, norm gains and biases to AdamW (``'other'``), as Keller Jordan's Muon README
-and modded-nanogpt do. :func:`matrix_labels` is optax.contrib.muon's default (every 2-D array);
+and modded-nanogpt do. :func:`matrix_labels` is optax.contrib.muon's default (every 2-D array),
+:func:`at_least_2d_labels` pytorch_optimizer's split by ``ndim >= 2`` (MARS's ``optimize_1d=False``);
 :func:`gpt_labels` and :func:`mlp_labels` are the splits of the reference models (:mod:`refopt.models`),
 which use them; they live here so that the optimizer package never imports the models.
 """
@@ -13,7 +14,7 @@ import re
 import numpy as np
 
 from refopt import tree as T
-from refopt.rules.partition import matrix_labels  # noqa: F401 (defined there: checkpoints name it so)
+from refopt.rules.partition import at_least_2d_labels, matrix_labels  # noqa: F401 (defined there: checkpoints name them so)
 
 
 _HIDDEN = re.compile(r"blocks\[\d+\]\.(attn\.w_(q|k|v|o)|mlp\.w_(up|gate|down))")

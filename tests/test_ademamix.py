@@ -132,8 +132,9 @@ def test_like_refuses_what_the_rule_cannot_express():
         like("heavyball.AdEMAMix", lr=0.01)
     with pytest.raises(ValueError, match="differ"):
         like("heavyball.AdEMAMix", beta3_warmup=5, alpha_warmup=3, storage_dtype="float64")
-    with pytest.raises(ValueError, match="caution"):
-        like("heavyball.AdEMAMix", caution=True, storage_dtype="float64")
+    with pytest.raises(ValueError, match="cautious decay"):
+        like("heavyball.AdEMAMix", cautious_weight_decay=True, storage_dtype="float64")
+    assert isinstance(like("heavyball.AdEMAMix", caution=True, storage_dtype="float64"), refopt.Cautious)
     with pytest.raises(ValueError, match="L2"):
         like("pytorch_optimizer.AdEMAMix", weight_decay=0.1)
     with pytest.raises(ValueError, match="fixed_decay"):

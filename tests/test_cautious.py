@@ -105,3 +105,35 @@ def test_like_pytorch_optimizer_lion():
                      (dict(cautious=True, weight_decay=0.1, fixed_decay=True), "fixed_decay")):
         with pytest.raises(ValueError, match=what):
             refopt.like("pytorch_optimizer.Lion", **kw)
+
+
+def test_like_heavyball_caution():
+    r = refopt.like("heavyball.AdEMAMix", lr=1e-2, weight_decay=0.05, storage_dtype="float64", caution=True)
+    assert isinstance(r, refopt.Cautious) and r.mask == "signbit" and (r.lr, r.weight_decay) == (1e-2, 0.05)
+    assert r.base.weight_decay == 0 and r.base.eps_form == "max" and r.base.alpha == 2.0
+    from refopt.conventions.ademamix import HEAVYBALL
+    assert HEAVYBALL.match(r)["caution"] is True and HEAVYBALL.match(r.base)["caution"] is False
+    with pytest.raises(ValueError, match="cautious decay"):
+        refopt.like("heavyball.AdEMAMix", storage_dtype="float64", caution=True, cautious_weight_decay=True)
+
+
+def _heavyball_caution_rows(misconfigured):
+    from crosscheck_helpers import presets
+    return [p for p in presets("heavyball", misconfigured) if "caution" in p.name]
+
+
+@pytest.mark.parametrize("preset", _heavyball_caution_rows(False), ids=lambda p: p.name)
+def test_heavyball_caution_row_agrees(preset):
+    pytest.importorskip("heavyball", reason="peer heavyball not installed: pip install -e .[peers]")
+    from crosscheck_helpers import assert_passes
+    r = assert_passes(preset)
+    assert r.params_rel <= 1e-12
+    assert_passes(preset, "mlp")
+    assert_passes(preset, dtype="float32")
+
+
+@pytest.mark.parametrize("preset", _heavyball_caution_rows(True), ids=lambda p: p.name)
+def test_heavyball_caution_with_the_product_mask_is_caught(preset):
+    pytest.importorskip("heavyball", reason="peer heavyball not installed: pip install -e .[peers]")
+    from crosscheck_helpers import assert_caught
+    assert_caught(preset)

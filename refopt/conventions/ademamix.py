@@ -12,6 +12,7 @@ from refopt.conventions._spec import CONSTANT, NO_DTYPE, NO_MASK, CliName, Conve
 from refopt.golden import GoldenCase
 from refopt.rules.adam import AdamW
 from refopt.rules.ademamix import AdEMAMix, SimplifiedAdEMAMix, alpha_warmup, beta3_warmup
+from refopt.rules.cautious import Cautious
 
 
 class AdEMAMixOracle(Oracle):
@@ -146,36 +147,43 @@ PYTORCH_OPTIMIZER = PeerMapping(
             "stable_adamw": (lambda v: not v, "stable_adamw=True divides the step by an RMS of g^2 / v")},
     state={"m1": "exp_avg", "m2": "exp_avg_slow", "v": "exp_avg_sq"}, match=_match_pytorch_optimizer)
 
-def _heavyball(lr, betas, eps, weight_decay, alpha, beta3_warmup, alpha_warmup, storage_dtype):
+def _heavyball(lr, betas, eps, weight_decay, alpha, beta3_warmup, alpha_warmup, storage_dtype, caution):
     b3w = None if beta3_warmup is None or beta3_warmup <= 0 else beta3_warmup
     aw = None if alpha_warmup is None or alpha_warmup <= 0 else alpha_warmup
     if b3w != aw:
         raise ValueError(f"beta3_warmup={beta3_warmup!r} and alpha_warmup={alpha_warmup!r} differ; refopt's "
                          "AdEMAMix warms alpha and beta3 up over one T (pass the same steps to both)")
     b1, b2, b3 = betas
-    return AdEMAMix(lr=lr, beta1=b1, beta2=b2, beta3=b3, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                    warmup=None if aw is None else int(aw), warmup_form="heavyball", eps_form="max")
+    rule = AdEMAMix(lr=lr, beta1=b1, beta2=b2, beta3=b3, alpha=alpha, eps=eps,
+                    weight_decay=0.0 if caution else weight_decay, warmup=None if aw is None else int(aw),
+                    warmup_form="heavyball", eps_form="max")
+    if caution:   # heavyball's caution: the sign-bit mask, rescaled by n / max(k, 1)
+        return Cautious(rule, lr=lr, weight_decay=weight_decay, mask="signbit")
+    return rule
 
 
 def _match_heavyball(rule):
+    if type(rule) is Cautious and rule.mask == "signbit" and rule.schedule is None:
+        base = _match_heavyball(rule.base)
+        return None if base is None else {**base, "lr": rule.lr, "weight_decay": rule.weight_decay, "caution": True}
     if type(rule) is not AdEMAMix or rule.schedule is not None or rule.eps_root != 0.0 \
             or rule.eps_form != "max" or (rule.warmup is not None and rule.warmup_form != "heavyball"):
         return None
     return dict(lr=rule.lr, betas=(rule.beta1, rule.beta2, rule.beta3), eps=rule.eps,
                 weight_decay=rule.weight_decay, alpha=rule.alpha, beta3_warmup=rule.warmup, alpha_warmup=rule.warmup,
-                storage_dtype="float64")
+                storage_dtype="float64", caution=False)
 
 
-_OFF = (lambda v: not v, "an option refopt's AdEMAMix does not have (caution, cautious decay, MARS)")
+_OFF = (lambda v: not v, "an option refopt's AdEMAMix does not have (cautious decay, MARS)")
 
 HEAVYBALL = PeerMapping(
     "heavyball.AdEMAMix", "heavyball", "AdEMAMix",
     dict(lr=1e-3, betas=(0.9, 0.999, 0.9999), eps=1e-8, weight_decay=0.0, alpha=2.0, beta3_warmup=None,
-         alpha_warmup=None, storage_dtype="float32"), _heavyball, "ademamix",
+         alpha_warmup=None, storage_dtype="float32", caution=False), _heavyball, "ademamix",
     ignore=("multi_tensor", "compile_step", "promote"),
     refuse={"storage_dtype": (lambda v: v == "float64", "heavyball keeps m1, m2, v in storage_dtype (float32 by "
                                                         "default), rounding them each step: pass 'float64'"),
-            "caution": _OFF, "cautious_weight_decay": _OFF, "mars": _OFF,
+            "cautious_weight_decay": _OFF, "mars": _OFF,
             "warmup_steps": (lambda v: not v, "warmup_steps > 0 warms the lr up; pass schedule on the refopt side"),
             "ecc": (lambda v: v is None, "ecc compresses the state"),
             "param_ecc": (lambda v: v is None, "param_ecc compresses the parameters")},
@@ -255,11 +263,18 @@ CONVENTIONS = Conventions(
                          "alpha 2, max(sqrt(v_hat), eps), float64 state"),
         HEAVYBALL.preset("heavyball.AdEMAMix(betas,warmup,wd)", _KW_HB,
                          "heavyball's beta3 warmup (1e-8 inside the logs) over 7 steps, decay lr * 0.05 x"),
+        HEAVYBALL.preset("heavyball.AdEMAMix(caution,betas,wd)", dict(_KW_HB, caution=True),
+                         "caution: the update kept where its sign bit is g's, times n / max(k, 1); decay lr * 0.05 x"),
     ),
     wrong=(Preset("WRONG slow EMA: optax.contrib.ademamix vs refopt AdamW", "optax", "ademamix",
                   ("contrib.ademamix", _KW),
                   lambda: AdamW(lr=1e-2, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.05),
                   "AdamW's m_hat alone vs m1_hat + alpha m2", state={}, expect_fail=True),
+           Preset("WRONG mask: heavyball.AdEMAMix(caution) vs refopt's product mask", "heavyball", "ademamix",
+                  ("AdEMAMix", dict(_KW_HB, caution=True)),
+                  lambda: Cautious(AdEMAMix(beta1=0.8, beta2=0.95, beta3=0.99, alpha=3.0, eps=1e-6, warmup=7,
+                                            warmup_form="heavyball", eps_form="max"), lr=1e-2, weight_decay=0.05),
+                  "u g > 0 and n / (k + 1) vs the sign bits and n / max(k, 1)", state={}, expect_fail=True),
            Preset("WRONG warmup form: heavyball.AdEMAMix vs the paper's beta3 warmup", "heavyball", "ademamix",
                   ("AdEMAMix", _KW_HB),
                   lambda: AdEMAMix(lr=1e-2, beta1=0.8, beta2=0.95, beta3=0.99, alpha=3.0, eps=1e-6,

@@ -94,6 +94,38 @@ PYTORCH_OPTIMIZER_LION = PeerMapping(
 
 _KW = dict(lr=3e-3, betas=(0.8, 0.95), weight_decay=0.1, cautious=True)
 
+
+def atlas_cautious_masks():
+    from dataclasses import replace
+    from refopt.conventions.ademamix import HEAVYBALL
+    from refopt.crosscheck.atlas import Entry, Pair, peer_side, restated_side
+
+    po = PYTORCH_OPTIMIZER_LION.preset("pytorch_optimizer.Lion(cautious)", _KW, "atlas")
+    hb = HEAVYBALL.preset("heavyball.AdEMAMix(caution)", dict(lr=1e-2, weight_decay=0.05, storage_dtype="float64",
+                                                              caution=True), "atlas")
+    lion_signbit = replace(po.make_rule(), mask="signbit")
+    ademamix_product = replace(hb.make_rule(), mask="product")
+    return Entry(
+        "cautious-mask-forms",
+        "the cautious mask of pytorch_optimizer (u g > 0, rescale n / (k + 1)) vs heavyball's caution (the same sign "
+        "bit, rescale n / max(k, 1)), each on its package's own base",
+        (peer_side("pytorch_optimizer", po, source="pytorch_optimizer 4.1.0 apply_cautious: (u g > 0) n / (k + 1)"),
+         restated_side("Lion, sign-bit mask", "the same Lion under heavyball's mask", lambda: lion_signbit,
+                       oracle=lambda: CautiousOracle(lion_signbit), source="heavyball 3.2.1's caution, restated"),
+         peer_side("heavyball", hb, source="heavyball 3.2.1 caution: signbit(u) == signbit(g), n / max(k, 1)"),
+         restated_side("AdEMAMix, product mask", "the same AdEMAMix under pytorch_optimizer's mask",
+                       lambda: ademamix_product, oracle=lambda: CautiousOracle(ademamix_product),
+                       source="pytorch_optimizer's apply_cautious, restated")),
+        (Pair("pytorch_optimizer", "Lion, sign-bit mask", "final", 1e-4,
+              what="params after 50 steps: n / (k + 1) vs n / max(k, 1) on Lion's sign steps"),
+         Pair("heavyball", "AdEMAMix, product mask", "final", 1e-4,
+              what="params after 50 steps: the two masks on AdEMAMix")),
+        "The paper (Liang et al. 2024) and its code keep the entries with u g > 0 and rescale by n / (k + 1); "
+        "pytorch_optimizer follows it. heavyball compares sign bits, so an exact zero of u or g counts by its sign, "
+        "and rescales by n / max(k, 1): with k of n kept, the two rescales differ by a factor (k + 1) / k.",
+        "Liang, Chen, Liu & Liu 2024 (arXiv:2411.16085), Algorithm 1; pytorch_optimizer 4.1.0; heavyball 3.2.1")
+
+
 CONVENTIONS = Conventions(
     rules=(Cautious,),
     final="(1 - lr lambda) x - lr u phi n / (k + 1): which entries phi keeps (u g > 0 or the same sign bit) and "
@@ -111,6 +143,7 @@ CONVENTIONS = Conventions(
     wrong=(Preset("WRONG mask: pytorch_optimizer.Lion(cautious) vs refopt Lion", "pytorch_optimizer", "cautious",
                   ("Lion", _KW), lambda: Lion(lr=3e-3, beta1=0.8, beta2=0.95, weight_decay=0.1),
                   "Lion's step without the cautious mask", state={}, expect_fail=True),),
+    atlas=(atlas_cautious_masks,),
     oracle=CautiousOracle,
     variants=variants,
     facts=facts,

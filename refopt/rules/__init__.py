@@ -8,7 +8,7 @@ import pkgutil as _pkgutil
 
 from refopt.rules.adam import AdamState, AMSGradState
 from refopt.rules.base import ElementwiseRule, Wrapper
-from refopt.rules.partition import RefoptWarning, matrix_labels
+from refopt.rules.partition import RefoptWarning, at_least_2d_labels, matrix_labels
 from refopt.rules.sgd import SGDState
 
 
@@ -38,4 +38,4 @@ def exported_rules() -> list:
 
 
 __all__ = [*_RULES, "SGDState", "AdamState", "AMSGradState", "RefoptWarning", "ElementwiseRule", "Wrapper",
-           "matrix_labels", "exported_rules"]
+           "matrix_labels", "at_least_2d_labels", "exported_rules"]

@@ -49,9 +49,11 @@ class Cautious(DirectionWrapper):
     with n the array's size (``mask='product'``, the paper's code and pytorch_optimizer 4.1.0's
     ``apply_cautious``). ``mask='signbit'`` is heavyball 3.2.1's ``caution``: phi keeps the entries where u
     and g have the same sign bit (an exact zero counts by its sign, so u = g = +0 is kept) and the scale is
-    n / max(||phi||_0, 1) (heavyball divides two integer tensors, so its factor is rounded to float32 even for
-    float64 arrays: a relative 4e-8 that refopt does not reproduce). The decay acts on the weights, as the packages' decoupled ``weight_decay``
-    (applied before the masked step, on x_{t-1}).
+    n / max(||phi||_0, 1) (``like('heavyball.AdEMAMix', caution=True, ...)``). heavyball forms this factor
+    and its step's scalars in torch's default dtype: refopt's cross-check sets it to the params' dtype; under
+    torch's float32 default a float64 heavyball run carries float32 scalars (2e-8 relative after 8 steps,
+    measured). The decay acts on the weights, as the packages' decoupled ``weight_decay`` (applied before the
+    masked step, on x_{t-1}).
 
     The base contributes only its direction (its lr is ignored; a base ``schedule`` or decoupled decay is
     rejected: give them to Cautious). ``Cautious(Lion(...), lr, weight_decay)`` is pytorch_optimizer's

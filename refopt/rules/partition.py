@@ -229,3 +229,9 @@ def matrix_labels(path: str, x: np.ndarray) -> str:
     'hidden' rule, which practitioners avoid (use the models' own labellings, :func:`refopt.gpt_labels` /
     :func:`refopt.mlp_labels`, for that)."""
     return HIDDEN if x.ndim == 2 else OTHER
+
+
+def at_least_2d_labels(path: str, x: np.ndarray) -> str:
+    """``'hidden'`` for every array with two or more dimensions, ``'other'`` for vectors and scalars: the
+    split of pytorch_optimizer's MARS (``optimize_1d=False``), whose ``p.ndim >= 2`` also takes conv filters."""
+    return HIDDEN if x.ndim >= 2 else OTHER
