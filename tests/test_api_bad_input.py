@@ -255,14 +255,14 @@ def test_compare_summary_takes_the_time_per_step_from_the_timing_rounds():
 def test_rule_expressions_offer_only_path_array_label_functions():
     """mlp_labels(params) builds a labels tree from the whole params: offered bare in a --rule expression it
     cannot work (init would fail on it). Only (path, array) functions are names there; an
-    expression naming mlp_labels is a clear ValueError at parse time. Negative control: matrix_labels and
-    gpt_labels still parse."""
+    expression naming mlp_labels is a clear ValueError at parse time. Negative control: matrix_labels,
+    at_least_2d_labels and gpt_labels still parse."""
     from refopt.crosscheck import expr
 
-    assert set(expr.label_functions()) == {"matrix_labels", "gpt_labels"}
+    assert set(expr.label_functions()) == {"matrix_labels", "at_least_2d_labels", "gpt_labels"}
     with pytest.raises(ValueError, match="mlp_labels"):
         expr.parse_rule('Partition(rules={"hidden": AdamW(), "other": AdamW()}, labels=mlp_labels)')
-    for name in ("matrix_labels", "gpt_labels"):
+    for name in ("matrix_labels", "at_least_2d_labels", "gpt_labels"):
         expr.parse_rule(f'Partition(rules={{"hidden": Muon(), "other": AdamW()}}, labels={name})')
 
 

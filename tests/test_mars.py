@@ -22,7 +22,7 @@ def _tree(seed=4, steps=6, scale=(0.05, 3.0)):
 
 
 def algorithm(x0, gs, lr, beta1, beta2, gamma, eps, wd, max_norm=1.0, kind="adamw", raw=False, eps_root=0.0,
-              first="zero", bug=None):
+              first="zero", bug=None, eps_max=False):
     """The paper's MARS per entry in Python floats: c = g + gamma beta1/(1 - beta1) (g - g_prev), clipped to
     max_norm by the array's norm, then AdamW (m_hat / (sqrt(v_hat) + eps), or pytorch_optimizer's raw form)
     or sign(m); decoupled decay. Returns params and {m, v, g_prev} per leaf, and whether the clip acted."""
@@ -55,6 +55,8 @@ def algorithm(x0, gs, lr, beta1, beta2, gamma, eps, wd, max_norm=1.0, kind="adam
                     bc1, bc2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
                     if raw:
                         den = (math.sqrt(v[i] + eps_root) + eps) / math.sqrt(bc2)
+                    elif eps_max:
+                        den = max(math.sqrt(v[i] / bc2 + eps_root), eps)
                     else:
                         den = math.sqrt(v[i] / bc2 + eps_root) + eps
                     u = m[i] / bc1 / den
@@ -102,6 +104,18 @@ def test_mars_raw_eps_form_is_pytorch_optimizers_denominator():
     want, _, _ = algorithm(x0, gs, **KW, raw=True, eps_root=1e-15)
     np.testing.assert_allclose(x["w"], want["w"], rtol=1e-14)
     assert _gap(algorithm(x0, gs, **KW)[0], x) > 1e-6          # the paper's form differs
+
+
+def test_mars_heavyball_forms_previous_c_and_max_eps():
+    """previous='c': c_t = g_t + k (g_t - c_{t-1}); eps_form='max': max(sqrt(v_hat), eps) (heavyball's)."""
+    x0, gs = _tree(8)
+    x, s = run(_rule(previous="c", eps_form="max", max_norm=None), x0, gs)
+    want, st, _ = algorithm(x0, gs, **KW, bug="keep c", eps_max=True, max_norm=None)
+    for k in x0:
+        np.testing.assert_allclose(x[k], want[k], rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(s.leaves[k].g_prev, st[k]["g_prev"], rtol=1e-14, atol=1e-15)
+    assert _gap(algorithm(x0, gs, **KW, eps_max=True, max_norm=None)[0], x) > 1e-6      # g_{t-1}: differs
+    assert _gap(algorithm(x0, gs, **KW, bug="keep c", max_norm=None)[0], x) > 1e-9      # sqrt(v_hat) + eps
 
 
 def test_mars_without_correction_and_clip_is_adamw():
@@ -160,7 +174,7 @@ def test_mars_direction_under_cautious_and_partition():
     (dict(lr=-1.0), "lr"), (dict(beta1=1.0), "beta1"), (dict(beta2=-0.1), "beta2"), (dict(gamma=-0.5), "gamma"),
     (dict(eps=0.0), "eps"), (dict(eps_root=-1.0), "eps_root"), (dict(weight_decay=-1.0), "weight_decay"),
     (dict(max_norm=0.0), "max_norm"), (dict(kind="shampoo"), "kind"), (dict(eps_form="torch"), "eps_form"),
-    (dict(first_step="x0"), "first_step"), (dict(schedule=3), "schedule")])
+    (dict(first_step="x0"), "first_step"), (dict(previous="m"), "previous"), (dict(schedule=3), "schedule")])
 def test_mars_bad_hyperparameters_raise(kw, match):
     with pytest.raises(ValueError, match=match):
         MARS(**kw)
@@ -199,9 +213,27 @@ def test_like_pytorch_optimizer_mars():
             refopt.like("pytorch_optimizer.MARS", **kw)
 
 
-def _mars_presets(misconfigured=False):
+def test_like_heavyball_adamw_mars():
+    """heavyball 3.2.1 calls mars_correction(g, old_g, beta1, gamma) as (g, old_g, mars_gamma, beta1): its factor
+    beta1 gamma / (1 - gamma) is refopt's k = gamma' beta1 / (1 - beta1) at gamma' = gamma (1 - beta1) / (1 - gamma)."""
+    from refopt.conventions.mars import HEAVYBALL, heavyball_gamma
+    r = refopt.like("heavyball.AdamW", lr=5e-3, betas=(0.95, 0.98), mars=True, mars_gamma=0.05, eps=1e-6,
+                    weight_decay=0.05, storage_dtype="float64")
+    assert (r.max_norm, r.eps_form, r.previous, r.eps_root) == (None, "max", "c", 0.0)
+    assert math.isclose(r.gamma * r.beta1 / (1 - r.beta1), 0.95 * 0.05 / (1 - 0.05), rel_tol=1e-15)
+    assert r.gamma == heavyball_gamma(0.05, 0.95)
+    assert math.isclose(HEAVYBALL.match(r)["mars_gamma"], 0.05, rel_tol=1e-14)
+    for kw, what in ((dict(mars=False), "mars=True"), (dict(mars=True), "storage_dtype"),
+                     (dict(mars=True, storage_dtype="float64", caution=True), "compares the update with c_t"),
+                     (dict(mars=True, storage_dtype="float64", mars_gamma=1.0), r"\[0, 1\)"),
+                     (dict(mars=True, storage_dtype="float64", warmup_steps=10), "warmup_steps")):
+        with pytest.raises(ValueError, match=what):
+            refopt.like("heavyball.AdamW", **kw)
+
+
+def _mars_presets(misconfigured=False, peer="pytorch_optimizer"):
     from crosscheck_helpers import presets
-    return [p for p in presets("pytorch_optimizer", misconfigured) if p.family == "mars"]
+    return [p for p in presets(peer, misconfigured) if p.family == "mars"]
 
 
 @pytest.mark.parametrize("preset", _mars_presets(), ids=[p.name for p in _mars_presets()])
@@ -256,3 +288,23 @@ def test_a_wrong_mars_is_named(bug, name):
     assert not r.agree and r.best.name == name and r.best.reproduces, r.report()
     # negative control: the same implementation without the bug agrees
     assert check_impl(NumpyMARS(), rule, framework="numpy", steps=10, problems=("stream", "quadratic")).agree
+
+
+_HEAVYBALL_ROWS, _HEAVYBALL_WRONG = _mars_presets(peer="heavyball"), _mars_presets(True, "heavyball")
+
+
+@pytest.mark.parametrize("preset", _HEAVYBALL_ROWS, ids=[p.name for p in _HEAVYBALL_ROWS])
+def test_heavyball_mars_rows_agree(preset):
+    """float64 only: with storage_dtype='float64' heavyball keeps float32 params' state in float64 (5.8e-5 from
+    a float32 refopt run after 50 steps, measured), so a float32 comparison is not like for like."""
+    pytest.importorskip("heavyball", reason="peer heavyball not installed: pip install -e .[peers]")
+    from crosscheck_helpers import assert_passes
+    assert assert_passes(preset).params_rel <= 1e-12
+    assert_passes(preset, "mlp")
+
+
+@pytest.mark.parametrize("preset", _HEAVYBALL_WRONG, ids=[p.name for p in _HEAVYBALL_WRONG])
+def test_heavyball_mars_with_the_papers_factor_is_caught(preset):
+    pytest.importorskip("heavyball", reason="peer heavyball not installed: pip install -e .[peers]")
+    from crosscheck_helpers import assert_caught
+    assert_caught(preset)

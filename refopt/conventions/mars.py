@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import BETAS2, CliName, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar
+from refopt.conventions._spec import (
+    BETAS2, CliName, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.cautious import Cautious
 from refopt.rules.mars import MARS
@@ -21,7 +22,8 @@ class MARSOracle(Oracle):
     """MARS from the rule's docstring, array by array in numpy. Switches: ``clip`` False (c_t not clipped);
     ``v_of`` 'c' (v of the clipped c_t, the rule's) | 'g' (v of the raw gradient); ``k_form`` 'ratio'
     (gamma beta1 / (1 - beta1), the rule's) | 'gamma' (gamma alone); ``first_step`` overriding the rule's;
-    ``eps_form`` overriding the rule's; ``keep`` 'g' (g_prev = g_t, the rule's) | 'c' (g_prev = c_t);
+    ``eps_form`` overriding the rule's; ``keep`` overriding the rule's ``previous``: 'g' (g_prev = g_t) | 'c'
+    (g_prev = c_t);
     ``counter`` {'bc1' | 'bc2': 'next' | 'prev' | 'frozen'}."""
 
     def init_leaf(self, x, path):
@@ -38,7 +40,7 @@ class MARSOracle(Oracle):
         n = float(np.sqrt(np.sum(ct.astype(np.float64) ** 2)))
         if sw.get("clip", True) and r.max_norm is not None and n > r.max_norm:
             ct = ct * scalar(r.max_norm / n, d)
-        s["g_prev"] = ct.copy() if sw.get("keep", "g") == "c" else g.copy()
+        s["g_prev"] = ct.copy() if sw.get("keep", r.previous) == "c" else g.copy()
         s["m"] = scalar(r.beta1, d) * s["m"] + scalar(1.0 - r.beta1, d) * ct
         if r.kind == "lion":
             return np.sign(s["m"])
@@ -46,8 +48,11 @@ class MARSOracle(Oracle):
         s["v"] = scalar(r.beta2, d) * s["v"] + scalar(1.0 - r.beta2, d) * (sq * sq)
         bc1 = 1.0 - r.beta1 ** counted(t, c.get("bc1"))
         bc2 = 1.0 - r.beta2 ** counted(t, c.get("bc2"))
-        if sw.get("eps_form", r.eps_form) == "raw":
+        form = sw.get("eps_form", r.eps_form)
+        if form == "raw":
             den = (np.sqrt(s["v"] + scalar(r.eps_root, d)) + scalar(r.eps, d)) / scalar(np.sqrt(bc2), d)
+        elif form == "max":
+            den = np.maximum(np.sqrt(s["v"] / scalar(bc2, d) + scalar(r.eps_root, d)), scalar(r.eps, d))
         else:
             den = np.sqrt(s["v"] / scalar(bc2, d) + scalar(r.eps_root, d)) + scalar(r.eps, d)
         return s["m"] / scalar(bc1, d) / den
@@ -61,8 +66,10 @@ class MARSOracle(Oracle):
 
 def variants(rule):
     from refopt.conventions._variants import oracle_variant as v
-    out = [v(rule, "g_prev holds c", "the stored previous gradient is this step's corrected c_t in place of g_t",
-             keep="c"),
+    other = "c" if rule.previous == "g" else "g"
+    say = {"g": "g_t", "c": "this step's corrected c_t"}
+    out = [v(rule, f"g_prev holds {other}", f"the stored previous gradient is {say[other]} in place of "
+             f"{say[rule.previous]}", keep=other),
            v(rule, "k without beta1 / (1 - beta1)", "c_t = g_t + gamma (g_t - g_{t-1}) in place of "
              "g_t + gamma beta1 / (1 - beta1) (g_t - g_{t-1})", k_form="gamma")]
     if rule.max_norm is not None:
@@ -75,7 +82,7 @@ def variants(rule):
                      first_step=other))
     if rule.kind == "adamw":
         other = "raw" if rule.eps_form == "hat" else "hat"
-        say = {"hat": "sqrt(v_hat) + eps", "raw": "(sqrt(v) + eps) / sqrt(1 - beta2^t)"}
+        say = {"hat": "sqrt(v_hat) + eps", "raw": "(sqrt(v) + eps) / sqrt(1 - beta2^t)", "max": "max(sqrt(v_hat), eps)"}
         out += [v(rule, "v of the raw gradient", "v_t from g_t^2 in place of the clipped c_t^2", v_of="g"),
                 v(rule, f"eps form {other}", f"{say[other]} in place of {say[rule.eps_form]}", eps_form=other)]
     return out
@@ -95,6 +102,7 @@ def facts(rule, of):
 
 def _match_hidden(rule):
     if type(rule) is not MARS or rule.schedule is not None or rule.eps_form != "raw" or rule.first_step != "zero" \
+            or rule.previous != "g" \
             or rule.eps_root != PYTORCH_OPTIMIZER_EPS_ROOT or rule.max_norm != 1.0:
         return None
     return dict(lr=rule.lr, betas=(rule.beta1, rule.beta2), gamma=rule.gamma, mars_type=rule.kind, optimize_1d=True,
@@ -110,7 +118,8 @@ def _match(rule):
         return None
     h, o = _match_hidden(rule.rules["hidden"]), rule.rules["other"]
     if h is None or type(o) is not MARS or o.schedule is not None or o.gamma != 0 or o.max_norm is not None \
-            or o.kind != "adamw" or o.eps_form != "raw" or o.eps_root != PYTORCH_OPTIMIZER_EPS_ROOT or o.eps != h["eps"]:
+            or o.kind != "adamw" or o.eps_form != "raw" or o.eps_root != PYTORCH_OPTIMIZER_EPS_ROOT \
+            or o.eps != h["eps"] or o.previous != "g":
         return None
     return {**h, "optimize_1d": False, "lr_1d": o.lr, "betas_1d": (o.beta1, o.beta2), "weight_decay_1d": o.weight_decay}
 
@@ -156,6 +165,88 @@ PYTORCH_OPTIMIZER = PeerMapping(
     state={"m": "exp_avg", "v": "exp_avg_sq", "g_prev": "last_grad"}, match=_match)
 
 
+def heavyball_gamma(mars_gamma: float, beta1: float) -> float:
+    """The refopt ``gamma`` of heavyball 3.2.1's ``mars_gamma``: heavyball calls ``mars_correction(g, old_g,
+    beta1, gamma)`` with (mars_gamma, beta1) in that order, so its factor is beta1 gamma / (1 - gamma) in place of
+    gamma beta1 / (1 - beta1); refopt's k = gamma beta1 / (1 - beta1) equals it at gamma (1 - beta1) / (1 - gamma)."""
+    return mars_gamma * (1.0 - beta1) / (1.0 - mars_gamma)
+
+
+def _heavyball(lr, betas, eps, weight_decay, mars, mars_gamma, storage_dtype):
+    b1, b2 = betas
+    return MARS(lr=lr, beta1=b1, beta2=b2, gamma=heavyball_gamma(mars_gamma, b1), eps=eps, weight_decay=weight_decay,
+                max_norm=None, eps_form="max", previous="c")
+
+
+def _match_heavyball(rule):
+    m = rule
+    if type(m) is not MARS or m.schedule is not None or m.max_norm is not None or m.eps_form != "max" \
+            or m.eps_root != 0.0 or m.first_step != "zero" or m.kind != "adamw" or m.previous != "c":
+        return None
+    k = m.gamma * (m.beta1 / (1.0 - m.beta1))        # = beta1 g / (1 - g) for heavyball's mars_gamma g
+    return dict(lr=m.lr, betas=(m.beta1, m.beta2), eps=m.eps, weight_decay=m.weight_decay, mars=True,
+                mars_gamma=k / (m.beta1 + k) if m.beta1 + k > 0 else 0.0, storage_dtype="float64")
+
+
+_HB_OFF = (lambda v: not v, "an option refopt's MARS does not have")
+
+HEAVYBALL = PeerMapping(
+    "heavyball.AdamW", "heavyball", "AdamW",
+    dict(lr=0.0025, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0, mars=False, mars_gamma=0.0025,
+         storage_dtype="float32"), _heavyball, "mars", ignore=("multi_tensor", "compile_step", "promote"),
+    refuse={"mars": (lambda v: v is True, "refopt maps heavyball.AdamW's MARS form (mars=True): the corrected "
+                                          "gradient without a clip, max(sqrt(v_hat), eps)"),
+            "mars_gamma": (lambda v: 0.0 <= v < 1.0, "mars_gamma must be in [0, 1): heavyball divides by "
+                                                     "1 - mars_gamma"),
+            "betas": BETAS2,
+            "storage_dtype": (lambda v: v == "float64", "heavyball keeps its state in storage_dtype (float32 by "
+                                                        "default), rounding it each step: pass 'float64'"),
+            "caution": (lambda v: not v, "with mars=True heavyball writes c_t into the gradient, so its caution "
+                                         "compares the update with c_t; refopt's Cautious compares it with g"),
+            "cautious_weight_decay": _HB_OFF, "palm": (lambda v: v is not True, "palm=True schedules beta2"),
+            "warmup_steps": (lambda v: not v, "warmup_steps > 0 warms the lr up; pass schedule on the refopt side"),
+            "ecc": (lambda v: v is None, "ecc compresses the state"),
+            "param_ecc": (lambda v: v is None, "param_ecc compresses the parameters")},
+    state={}, match=_match_heavyball)   # heavyball nests its state (state[p][0][...]): compared through x
+
+
+def atlas_mars_heavyball():
+    from refopt.crosscheck.atlas import Entry, Pair, peer_side, restated_side
+
+    kw = dict(lr=3e-3, betas=(0.95, 0.99), mars=True, mars_gamma=0.025, storage_dtype="float64")
+    hb = HEAVYBALL.preset("heavyball.AdamW(mars)", kw, "atlas")
+    same = dict(lr=3e-3, max_norm=None, eps_form="max")
+    factor = MARS(gamma=0.025, previous="c", **same)                         # the paper's k, heavyball's c_{t-1}
+    recursion = MARS(gamma=heavyball_gamma(0.025, 0.95), **same)             # heavyball's k, the paper's g_{t-1}
+    paper = MARS(lr=3e-3, gamma=0.025)
+    return Entry(
+        "mars-heavyball-correction",
+        "heavyball's MARS (AdamW(mars=True)): the factor beta1 gamma / (1 - gamma) in place of the paper's gamma "
+        "beta1 / (1 - beta1), the previous corrected c_{t-1} in place of g_{t-1}, and no clip",
+        (peer_side("heavyball", hb, source="heavyball 3.2.1: mars_correction(g, old_g, mars_gamma, beta1) against "
+                                           "its signature (g, old_g, beta1, gamma); old_g holds c; no clip"),
+         restated_side("paper's factor", "heavyball's step with the paper's k = gamma beta1 / (1 - beta1)",
+                       lambda: factor, oracle=lambda: MARSOracle(factor), source="Yuan et al. 2024, the c_t of "
+                                                                                "Algorithm 1"),
+         restated_side("paper's g_prev", "heavyball's step with the paper's g_{t-1} in the correction",
+                       lambda: recursion, oracle=lambda: MARSOracle(recursion), source="Yuan et al. 2024, the "
+                                                                                     "c_t of Algorithm 1"),
+         restated_side("paper", "Yuan et al. 2024, Algorithm 2 (MARS-AdamW, approximate): the factor, g_{t-1} and "
+                       "Clip(c, 1)", lambda: paper, oracle=lambda: MARSOracle(paper), source="arXiv:2411.10438")),
+        (Pair("heavyball", "paper's factor", "final", 1e-4,
+              what="params after 50 steps, gamma 0.025, beta1 0.95: k = 0.024 vs 0.475"),
+         Pair("heavyball", "paper's g_prev", "final", 1e-6,
+              what="params after 50 steps: c_t = g_t + k (g_t - c_{t-1}) vs g_t + k (g_t - g_{t-1})"),
+         Pair("paper's factor", "paper", "final", 1e-4, what="params after 50 steps: c_{t-1}, the clip, eps")),
+        "The paper's corrected gradient is c_t = g_t + gamma beta1 / (1 - beta1) (g_t - g_{t-1}), clipped to unit "
+        "norm. heavyball passes mars_gamma and beta1 to mars_correction in the opposite order of its parameters, "
+        "so its factor is beta1 gamma / (1 - gamma) (about (1 - beta1) / (1 - gamma) of the paper's); it keeps "
+        "the corrected c_{t-1} as the previous gradient and does not clip. like('heavyball.AdamW', mars=True, ...) "
+        "reproduces it: MARS(gamma=gamma (1 - beta1) / (1 - gamma), previous='c', max_norm=None, eps_form='max').",
+        "Yuan et al. 2024 (arXiv:2411.10438), Algorithms 1-2; heavyball 3.2.1 (chainable.mars, "
+        "utils.mars_correction)")
+
+
 def atlas_mars():
     from refopt.crosscheck.atlas import Entry, Pair, peer_side, restated_side
 
@@ -187,6 +278,8 @@ _KW_1D = dict(lr=2e-3, betas=(0.9, 0.98), gamma=0.1, weight_decay=0.02, lr_1d=5e
               weight_decay_1d=0.01, eps=1e-7)
 _KW_LION = dict(lr=1e-3, mars_type="lion", betas=(0.9, 0.99), gamma=0.1, weight_decay=0.1, lr_1d=2e-3,
                 betas_1d=(0.85, 0.9), weight_decay_1d=0.01)
+_KW_HB = dict(lr=5e-3, betas=(0.95, 0.98), mars=True, mars_gamma=0.05, eps=1e-6, weight_decay=0.05,
+              storage_dtype="float64")
 _KW_CAUTIOUS = dict(lr=5e-3, betas=(0.9, 0.95), gamma=0.05, weight_decay=0.05, cautious=True, optimize_1d=True)
 
 CONVENTIONS = Conventions(
@@ -194,7 +287,7 @@ CONVENTIONS = Conventions(
     final="m_hat / (sqrt(v_hat) + eps) (or sign(m)) of the corrected, clipped c_t: the correction's factor, the "
           "clip, the first step's g_0, what v squares or where eps enters",
     per_step="lr_t and the bias corrections 1 - beta1^t, 1 - beta2^t",
-    mappings=(PYTORCH_OPTIMIZER,),
+    mappings=(PYTORCH_OPTIMIZER, HEAVYBALL),
     no_peer={"torch": "torch.optim ships no MARS", "optax": "optax 0.2.8 ships no MARS",
              "schedulefree": "schedulefree ships the Schedule-Free optimizers only"},
     presets=(
@@ -208,18 +301,27 @@ CONVENTIONS = Conventions(
                                  "MARS-Lion: sign(m) of the clipped c_t, decay 0.1; vectors by AdamW"),
         PYTORCH_OPTIMIZER.preset("pytorch_optimizer.MARS(cautious)", _KW_CAUTIOUS,
                                  "the cautious mask on m_hat / den (product mask, rescale n / (k + 1))"),
+        HEAVYBALL.preset("heavyball.AdamW(mars)", dict(lr=3e-3, mars=True, storage_dtype="float64"),
+                         "c_t with heavyball's factor beta1 gamma / (1 - gamma), no clip; max(sqrt(v_hat), eps)"),
+        HEAVYBALL.preset("heavyball.AdamW(mars,betas,gamma,wd,eps)", _KW_HB,
+                         "betas (0.95, 0.98), mars_gamma 0.05, eps 1e-6, decay lr * 0.05 x"),
     ),
     wrong=(Preset("WRONG first step: pytorch_optimizer.MARS vs refopt MARS(first_step='g1')", "pytorch_optimizer",
                   "mars", ("MARS", dict(lr=1e-2, gamma=0.5, optimize_1d=True)),
                   lambda: MARS(lr=1e-2, gamma=0.5, eps_form="raw", eps_root=PYTORCH_OPTIMIZER_EPS_ROOT,
                                first_step="g1"),
                   "c_1 = g_1 (the paper's x_1 = x_0) against pytorch_optimizer's g_0 = 0",
-                  state={"v": "exp_avg_sq"}, expect_fail=True),),
+                  state={"v": "exp_avg_sq"}, expect_fail=True),
+           Preset("WRONG factor: heavyball.AdamW(mars) vs the paper's gamma beta1 / (1 - beta1)", "heavyball", "mars",
+                  ("AdamW", _KW_HB),
+                  lambda: MARS(lr=5e-3, beta1=0.95, beta2=0.98, gamma=0.05, eps=1e-6, weight_decay=0.05,
+                               max_norm=None, eps_form="max"),
+                  "the paper's factor against heavyball's swapped one", state={}, expect_fail=True)),
     oracle=MARSOracle,
     variants=variants,
     facts=facts,
     counters=counters,
-    atlas=(atlas_mars,),
+    atlas=(atlas_mars, atlas_mars_heavyball),
     golden=(GoldenCase("mars", lambda: MARS(), "MARS-AdamW, the authors' defaults", ("m", "v", "g_prev")),
             GoldenCase("mars_lion_g1", lambda: MARS(lr=1e-3, kind="lion", gamma=0.1, weight_decay=0.1,
                                                      first_step="g1"),

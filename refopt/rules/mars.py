@@ -20,13 +20,15 @@ from refopt.rules import _checks
 from refopt.rules.base import lr_at
 
 KINDS = ("adamw", "lion")
-EPS_FORMS = ("hat", "raw")
+EPS_FORMS = ("hat", "raw", "max")
 FIRST_STEPS = ("zero", "g1")
+PREVIOUS = ("g", "c")
 
 
 class MARSState(NamedTuple):
     """Per-array state, each like x: the first moment ``m`` and second moment ``v`` of the clipped c (``v``
-    stays 0 for kind 'lion'), and the previous gradient ``g_prev`` (0 before the first step)."""
+    stays 0 for kind 'lion'), and the previous gradient ``g_prev`` (0 before the first step; the previous
+    clipped c with ``previous='c'``)."""
 
     m: np.ndarray
     v: np.ndarray
@@ -50,7 +52,9 @@ class MARSKernelContext(NamedTuple):
     bc2: float        # 1 - beta2^t
     sqrt_bc2: float
     raw: bool         # eps_form == 'raw'
+    eps_max: bool     # eps_form == 'max'
     lion: bool        # kind == 'lion'
+    keep_c: bool      # previous == 'c'
 
 
 class MARSContext(NamedTuple):
@@ -70,7 +74,7 @@ def correction(g, g_prev, k):
 @numba.njit
 def _mars(x, g, s, i, c):
     ct = correction(g, s.g_prev[i], c.k) / c.clip_div
-    s.g_prev[i] = g
+    s.g_prev[i] = ct if c.keep_c else g
     m = c.beta1 * s.m[i] + c.omb1 * ct
     s.m[i] = m
     if c.lion:
@@ -79,6 +83,8 @@ def _mars(x, g, s, i, c):
     s.v[i] = v
     if c.raw:
         den = (np.sqrt(v + c.eps_root) + c.eps) / c.sqrt_bc2
+    elif c.eps_max:
+        den = max(np.sqrt(v / c.bc2 + c.eps_root), c.eps)
     else:
         den = np.sqrt(v / c.bc2 + c.eps_root) + c.eps
     return (m / c.bc1) / den
@@ -105,9 +111,11 @@ class MARS(Rule):
     with rho = ``max_norm`` (the paper's Clip(c, 1); None: no clip) and the norm over the whole array
     (accumulated in float64, :func:`refopt.linalg.norms.fro_norm`). g_0 = 0 (``first_step='zero'``: the
     authors' code and pytorch_optimizer, so c_1 = (1 + k) g_1) or g_0 = g_1 (``'g1'``: c_1 = g_1, the
-    paper's x_1 = x_0 in its exact form). ``eps_form='raw'`` is pytorch_optimizer 4.1.0's denominator
-    (sqrt(v_t + eps_root) + eps) / sqrt(1 - beta2^t), with its eps_root 1e-15 (eps then acts as
-    eps / sqrt(1 - beta2^t) on the corrected scale). With gamma = 0 and no clip, MARS-AdamW is AdamW.
+    paper's x_1 = x_0 in its exact form). ``previous='c'`` stores the clipped c_t in place of g_t, so that
+    c_t = g_t + k (g_t - c_{t-1}) (heavyball 3.2.1's recursion). ``eps_form='raw'`` is pytorch_optimizer
+    4.1.0's denominator (sqrt(v_t + eps_root) + eps) / sqrt(1 - beta2^t), with its eps_root 1e-15 (eps then
+    acts as eps / sqrt(1 - beta2^t) on the corrected scale); ``'max'`` is heavyball 3.2.1's
+    max(sqrt(v_hat + eps_root), eps). With gamma = 0 and no clip, MARS-AdamW is AdamW.
 
     The exact form evaluates g_{t-1} on this step's batch (a second gradient per step); refopt takes the
     previous step's gradient, as the packages do. The third instance, MARS-Shampoo, is not covered.
@@ -119,8 +127,10 @@ class MARS(Rule):
       weight_decay: lambda >= 0 (0), decoupled, multiplied by lr_t.
       max_norm: None or > 0 (1.0), rho of the clip.
       kind: 'adamw' or 'lion'.
-      eps_form: 'hat' (the paper's: eps added to sqrt(v_hat)) or 'raw' (pytorch_optimizer's).
+      eps_form: 'hat' (the paper's: eps added to sqrt(v_hat)), 'raw' (pytorch_optimizer's) or 'max'
+        (heavyball's).
       first_step: 'zero' or 'g1', the g_0 of c_1.
+      previous: 'g' (the paper's g_{t-1}) or 'c' (heavyball's c_{t-1}).
       schedule: t -> gamma_t.
 
     State: :class:`MARSState`. Shapes/dtypes: any float32 / float64 array; the state like x.
@@ -141,6 +151,7 @@ class MARS(Rule):
     kind: str = "adamw"
     eps_form: str = "hat"
     first_step: str = "zero"
+    previous: str = "g"
     schedule: Callable[[int], float] | None = None
 
     State = MARSState
@@ -158,6 +169,7 @@ class MARS(Rule):
         _checks.one_of("kind", self.kind, KINDS)
         _checks.one_of("eps_form", self.eps_form, EPS_FORMS)
         _checks.one_of("first_step", self.first_step, FIRST_STEPS)
+        _checks.one_of("previous", self.previous, PREVIOUS)
         _checks.schedule(self.schedule)
 
     def init_leaf(self, x, path):
@@ -175,7 +187,8 @@ class MARS(Rule):
         bc2 = 1.0 - b2 ** t
         kern = MARSKernelContext(lr_t, 1.0 - lr_t * float(self.weight_decay), lr_t, 1.0, k, 1.0, b1, 1.0 - b1, b2,
                                  1.0 - b2, float(self.eps), float(self.eps_root), 1.0 - b1 ** t, bc2,
-                                 math.sqrt(bc2), self.eps_form == "raw", self.kind == "lion")
+                                 math.sqrt(bc2), self.eps_form == "raw", self.eps_form == "max",
+                                 self.kind == "lion", self.previous == "c")
         return MARSContext(lr_t, kern, None), glob
 
     def reduce_tree(self, ctx, glob, ss, xs, gs, paths):
