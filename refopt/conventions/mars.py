@@ -96,8 +96,7 @@ def facts(rule, of):
     """Without the clip, m_hat / sqrt(v_hat) ('adamw', eps -> 0) and sign(m) ('lion') have degree 0 in g (c_t
     is linear in the gradients; the decoupled decay does not read g); the clip makes the step depend on ||c_t||
     where it switches. The norm is over the whole array, which permutations keep (``elementwise``)."""
-    return {"grad_scale": rule.max_norm is None, "step_scale_free": False,
-            "elementwise": True}
+    return {"grad_scale": rule.max_norm is None, "step_scale_free": False, "elementwise": True}
 
 
 def _match_hidden(rule):
@@ -134,6 +133,7 @@ def _pytorch_optimizer(lr, betas, gamma, mars_type, optimize_1d, lr_1d, betas_1d
     if cautious and mars_type == "lion":
         raise ValueError("cautious=True with mars_type='lion': pytorch_optimizer takes the sign after the mask, "
                          "which drops the mask's rescale n / (k + 1); refopt's Cautious keeps it")
+
     def group(b1, b2, k_gamma, lr_g, wd, **kw):
         own = {} if cautious else dict(lr=lr_g, weight_decay=wd)   # Cautious decays and steps itself
         rule = MARS(beta1=b1, beta2=b2, gamma=k_gamma, eps=eps, eps_root=PYTORCH_OPTIMIZER_EPS_ROOT, eps_form="raw",
