@@ -284,6 +284,28 @@ def _two_betas(v) -> bool:
 #: a torch-style ``betas`` pair, each in [0, 1)
 BETAS2 = (_two_betas, "betas must be (beta1, beta2), each in [0, 1)")
 
+#: heavyball's arguments that do not change its arithmetic, and the ones no refopt rule reproduces, for every
+#: heavyball optimizer
+HEAVYBALL_IGNORE = ("multi_tensor", "compile_step", "promote")
+HEAVYBALL_REFUSE = {
+    "storage_dtype": (lambda v: v == "float64", "heavyball keeps its state in storage_dtype (float32 by default), "
+                                                "rounding it each step: pass 'float64'"),
+    "warmup_steps": (lambda v: not v, "warmup_steps > 0 warms the lr up; pass schedule on the refopt side"),
+    "ecc": (lambda v: v is None, "ecc compresses the state"),
+    "param_ecc": (lambda v: v is None, "param_ecc compresses the parameters")}
+
+
+def decoupled_decay_only(owner: str, decayed: bool, weight_decouple: bool, fixed_decay: bool, before: str = "") -> None:
+    """pytorch_optimizer's ``weight_decouple`` / ``fixed_decay`` against a refopt rule that decays x by
+    lr weight_decay: ValueError naming the switch when some weight_decay > 0 (``decayed``) meets
+    weight_decouple=False (L2 on the gradient, ``before`` what) or fixed_decay=True (no lr)."""
+    if decayed and not weight_decouple:
+        where = f" {before}" if before else ""
+        raise ValueError(f"weight_decouple=False adds weight_decay x to the gradient (L2){where}; refopt's {owner} "
+                         "decays x by lr weight_decay (pass weight_decouple=True)")
+    if decayed and fixed_decay:
+        raise ValueError(f"fixed_decay=True decays x by weight_decay, without lr; refopt's {owner} by lr weight_decay")
+
 
 # ------------------------------------------------------------------------------------------------------
 def scalar(v: float, dtype) -> Any:

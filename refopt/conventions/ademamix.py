@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import CONSTANT, NO_DTYPE, NO_MASK, CliName, Conventions, Example, Oracle, \
-    PeerMapping, Preset, counted, gamma, scalar
+from refopt.conventions._spec import CONSTANT, HEAVYBALL_IGNORE, HEAVYBALL_REFUSE, NO_DTYPE, NO_MASK, CliName, \
+    Conventions, Example, Oracle, PeerMapping, Preset, counted, decoupled_decay_only, gamma, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.adam import AdamW
 from refopt.rules.ademamix import AdEMAMix, SimplifiedAdEMAMix, alpha_warmup, beta3_warmup
@@ -116,11 +116,7 @@ def _warmup_steps(t):
 
 
 def _pytorch_optimizer(lr, betas, weight_decay, weight_decouple, fixed_decay, alpha, t_alpha_beta3, eps):
-    if weight_decay > 0 and not weight_decouple:
-        raise ValueError("weight_decouple=False adds weight_decay x to the gradient (L2) before the EMAs; refopt's "
-                         "AdEMAMix decays x by lr weight_decay (pass weight_decouple=True)")
-    if weight_decay > 0 and fixed_decay:
-        raise ValueError("fixed_decay=True decays x by weight_decay, without lr; refopt's AdEMAMix by lr weight_decay")
+    decoupled_decay_only("AdEMAMix", weight_decay > 0, weight_decouple, fixed_decay, "before the EMAs")
     b1, b2, b3 = betas
     warmup = _warmup_steps(t_alpha_beta3)
     if warmup is not None and b1 <= 0.0:
@@ -180,13 +176,7 @@ HEAVYBALL = PeerMapping(
     "heavyball.AdEMAMix", "heavyball", "AdEMAMix",
     dict(lr=1e-3, betas=(0.9, 0.999, 0.9999), eps=1e-8, weight_decay=0.0, alpha=2.0, beta3_warmup=None,
          alpha_warmup=None, storage_dtype="float32", caution=False), _heavyball, "ademamix",
-    ignore=("multi_tensor", "compile_step", "promote"),
-    refuse={"storage_dtype": (lambda v: v == "float64", "heavyball keeps m1, m2, v in storage_dtype (float32 by "
-                                                        "default), rounding them each step: pass 'float64'"),
-            "cautious_weight_decay": _OFF, "mars": _OFF,
-            "warmup_steps": (lambda v: not v, "warmup_steps > 0 warms the lr up; pass schedule on the refopt side"),
-            "ecc": (lambda v: v is None, "ecc compresses the state"),
-            "param_ecc": (lambda v: v is None, "param_ecc compresses the parameters")},
+    ignore=HEAVYBALL_IGNORE, refuse={**HEAVYBALL_REFUSE, "cautious_weight_decay": _OFF, "mars": _OFF},
     state={}, match=_match_heavyball)   # heavyball nests its state (state[p][0][...]): compared through x
 
 def atlas_ademamix():

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar
+from refopt.conventions._spec import (
+    Conventions, Example, Oracle, PeerMapping, Preset, decoupled_decay_only, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.adam import Adam
 from refopt.rules.cautious import Cautious
@@ -64,11 +65,7 @@ def facts(rule, of):
 
 
 def _lion(lr, betas, weight_decay, weight_decouple, fixed_decay, cautious):
-    if not weight_decouple and weight_decay > 0:
-        raise ValueError("weight_decouple=False adds weight_decay x to the gradient; refopt's Cautious decays x "
-                         "by lr weight_decay (pass weight_decouple=True)")
-    if fixed_decay and weight_decay > 0:
-        raise ValueError("fixed_decay=True decays x by weight_decay, without lr; refopt's by lr weight_decay")
+    decoupled_decay_only("Cautious", weight_decay > 0, weight_decouple, fixed_decay)
     return Cautious(Lion(beta1=betas[0], beta2=betas[1]), lr=lr, weight_decay=weight_decay)
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from refopt.conventions._spec import (
-    BETAS2, CliName, Conventions, Example, Oracle, PeerMapping, Preset, counted, gamma, scalar)
+    BETAS2, HEAVYBALL_IGNORE, HEAVYBALL_REFUSE, NO_MAXIMIZE, CliName, Conventions, Example, Oracle, PeerMapping, Preset,
+    counted, decoupled_decay_only, gamma, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.cautious import Cautious
 from refopt.rules.mars import MARS
@@ -125,11 +126,8 @@ def _match(rule):
 
 def _pytorch_optimizer(lr, betas, gamma, mars_type, optimize_1d, lr_1d, betas_1d, weight_decay, weight_decay_1d,
                        weight_decouple, fixed_decay, cautious, eps):
-    if not weight_decouple and (weight_decay > 0 or weight_decay_1d > 0 and not optimize_1d):
-        raise ValueError("weight_decouple=False adds weight_decay x to the gradient (L2) before c_t; refopt's MARS "
-                         "decays x by lr weight_decay (pass weight_decouple=True)")
-    if fixed_decay and (weight_decay > 0 or weight_decay_1d > 0 and not optimize_1d):
-        raise ValueError("fixed_decay=True decays x by weight_decay, without lr; refopt's MARS by lr weight_decay")
+    decoupled_decay_only("MARS", weight_decay > 0 or (weight_decay_1d > 0 and not optimize_1d), weight_decouple,
+                         fixed_decay, "before c_t")
     if cautious and mars_type == "lion":
         raise ValueError("cautious=True with mars_type='lion': pytorch_optimizer takes the sign after the mask, "
                          "which drops the mask's rescale n / (k + 1); refopt's Cautious keeps it")
@@ -161,7 +159,7 @@ PYTORCH_OPTIMIZER = PeerMapping(
                                                 "has no AMSGrad bound"),
             "lr": (lambda v: v > 0, "pytorch_optimizer divides lr_1d by lr (its lr_1d_factor): lr must be > 0"),
             "betas": BETAS2, "betas_1d": BETAS2,
-            "maximize": (lambda v: v is False, "maximize=True ascends: negate the loss")},
+            "maximize": NO_MAXIMIZE},
     state={"m": "exp_avg", "v": "exp_avg_sq", "g_prev": "last_grad"}, match=_match)
 
 
@@ -193,20 +191,16 @@ _HB_OFF = (lambda v: not v, "an option refopt's MARS does not have")
 HEAVYBALL = PeerMapping(
     "heavyball.AdamW", "heavyball", "AdamW",
     dict(lr=0.0025, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0, mars=False, mars_gamma=0.0025,
-         storage_dtype="float32"), _heavyball, "mars", ignore=("multi_tensor", "compile_step", "promote"),
+         storage_dtype="float32"), _heavyball, "mars", ignore=HEAVYBALL_IGNORE,
     refuse={"mars": (lambda v: v is True, "refopt maps heavyball.AdamW's MARS form (mars=True): the corrected "
                                           "gradient without a clip, max(sqrt(v_hat), eps)"),
             "mars_gamma": (lambda v: 0.0 <= v < 1.0, "mars_gamma must be in [0, 1): heavyball divides by "
                                                      "1 - mars_gamma"),
             "betas": BETAS2,
-            "storage_dtype": (lambda v: v == "float64", "heavyball keeps its state in storage_dtype (float32 by "
-                                                        "default), rounding it each step: pass 'float64'"),
             "caution": (lambda v: not v, "with mars=True heavyball writes c_t into the gradient, so its caution "
                                          "compares the update with c_t; refopt's Cautious compares it with g"),
             "cautious_weight_decay": _HB_OFF, "palm": (lambda v: v is not True, "palm=True schedules beta2"),
-            "warmup_steps": (lambda v: not v, "warmup_steps > 0 warms the lr up; pass schedule on the refopt side"),
-            "ecc": (lambda v: v is None, "ecc compresses the state"),
-            "param_ecc": (lambda v: v is None, "param_ecc compresses the parameters")},
+            **HEAVYBALL_REFUSE},
     state={}, match=_match_heavyball)   # heavyball nests its state (state[p][0][...]): compared through x
 
 
