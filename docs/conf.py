@@ -67,7 +67,7 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".py": "myst-nb"}
 # the tutorials are jupytext percent files: myst-nb reads them as notebooks through jupytext
 nb_custom_formats = {".py": ["refopt_docs.read_percent", {}]}
-exclude_patterns = ["_build", "_ext", "conf.py", "**/.ipynb_checkpoints", "jupyter_execute"]
+exclude_patterns = ["_build", "_ext", "factories", "conf.py", "**/.ipynb_checkpoints", "jupyter_execute"]
 
 nb_execution_mode = os.environ.get("REFOPT_DOCS_EXECUTE", "force")
 nb_execution_timeout = 600                  # seconds per cell (a hung cell fails the build)

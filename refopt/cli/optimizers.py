@@ -71,6 +71,11 @@ def _muon(a, lr, sched, wd=None):
                  weight_decay=_wd(a, 0.0) if wd is None else wd, wd_mode=a.wd_mode, schedule=sched)
 
 
+def _normuon(a, lr, sched):
+    return _make(refopt.NorMuon, {"momentum": "--muon-momentum"}, lr=lr, momentum=a.muon_momentum,
+                 ns_coeffs=a.ns_coeffs, ns_steps=a.ns_steps, weight_decay=_wd(a, 0.0), schedule=sched)
+
+
 def _hidden_base(a, name):
     """The direction rule inside Hyperball / Covariant (its own lr and schedule are unused there)."""
     if name == "muon":
@@ -102,6 +107,10 @@ OPTIMIZERS = {
     "muon": Entry(lambda a, lr, s, lab: _partition(_muon(a, lr, s), a, s, lab), {"mlp": 0.02, "gpt": 0.02},
                   "Muon on the hidden matrices (--muon-scale, --ns-coeffs, --ns-steps, --muon-momentum), "
                   "AdamW elsewhere", partitioned=True),
+    "normuon": Entry(lambda a, lr, s, lab: _partition(_normuon(a, lr, s), a, s, lab), {"mlp": 1e-2, "gpt": 1e-2},
+                     "NorMuon (Li et al. 2025, the paper's form: each neuron's row of msign normalised, the update's "
+                     "RMS 0.2 lr) on the hidden matrices (--ns-coeffs, --ns-steps, --muon-momentum), AdamW elsewhere",
+                     partitioned=True),
     "muonh": Entry(lambda a, lr, s, lab: _partition(_hyperball(a, "muon", lr, s), a, s, lab),
                    {"mlp": 0.02, "gpt": 0.02},
                    "Hyperball(Muon) (MuonH, post 002) on the hidden matrices, AdamW elsewhere", partitioned=True),

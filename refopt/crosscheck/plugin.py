@@ -35,6 +35,7 @@ error by ``report(debug=True)`` (``--debug``).
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from dataclasses import dataclass, field
 
@@ -104,12 +105,14 @@ def tolerance_tiers(rule, framework: str, bf16_ns: bool | None = None) -> list[t
     ``bf16_ns``: the implementation runs Newton-Schulz in bfloat16 (torch.optim.Muon; see
     :func:`bf16_newton_schulz`), which adds the loose MUON_TORCH_BF16 tier (None: any torch one)."""
     from refopt.rules.muon import Muon
+    from refopt.rules.normuon import NorMuon
     from refopt.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
 
     ns = any(isinstance(r, Muon) and r.msign == "newton_schulz" for r in _walk(rule))
+    nor = any(isinstance(r, NorMuon) and r.msign == "newton_schulz" for r in _walk(rule))
     tiers = [("reassociation (Newton-Schulz matmuls)", MUON_OPTAX)] if ns else [("exact", EXACT)]
-    if ns and (framework == "torch" if bf16_ns is None else bf16_ns):
-        tiers.append(("bfloat16 Newton-Schulz (torch.optim.Muon)", MUON_TORCH_BF16))
+    if (ns or nor) and (framework == "torch" if bf16_ns is None else bf16_ns):
+        tiers.append(("bfloat16 Newton-Schulz", MUON_TORCH_BF16))
     if framework == "jax" and any(isinstance(r, (ScheduleFreeSGD, ScheduleFreeAdamW)) and r.warmup_steps
                                   for r in _walk(rule)):
         tiers.append(("optax float32 warmup", OPTAX_F32_WARMUP))
@@ -117,10 +120,11 @@ def tolerance_tiers(rule, framework: str, bf16_ns: bool | None = None) -> list[t
 
 
 def bf16_newton_schulz(adapter) -> bool:
-    """True when ``adapter`` builds a torch.optim.Muon (or a subclass; through a factory or a partial too),
-    whose Newton-Schulz is bfloat16: only then is the 6 % update tolerance of MUON_TORCH_BF16 acceptable (a
-    user's own torch Muon is judged as any implementation, so that a 2.5 % lr error cannot pass). Decided on
-    an optimizer the adapter builds for a probe matrix."""
+    """True when ``adapter`` builds a torch.optim.Muon (or a subclass; through a factory or a partial too) or a
+    pytorch_optimizer.NorMuon whose ``_orthogonalize`` is the package's, whose Newton-Schulz is bfloat16: only
+    then is the 6 % update tolerance of MUON_TORCH_BF16 acceptable (a user's own torch Muon is judged as any
+    implementation, so that a 2.5 % lr error cannot pass). Decided on an optimizer the adapter builds for a
+    probe matrix."""
     if getattr(adapter, "framework", None) != "torch":
         return False
     try:
@@ -128,15 +132,16 @@ def bf16_newton_schulz(adapter) -> bool:
     except ImportError:   # pragma: no cover - a torch adapter without torch cannot run
         return False
     muon = getattr(torch.optim, "Muon", None)
-    if muon is None:
-        return False
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             opt = getattr(adapter.init([np.ones((4, 3))]), "opt", None)
     except Exception:   # noqa: BLE001 - a factory that refuses the probe: judged as any implementation
         return False
-    return isinstance(opt, muon)
+    if muon is not None and isinstance(opt, muon):
+        return True
+    normuon = getattr(sys.modules.get("pytorch_optimizer"), "NorMuon", None)   # imported by the factory if used
+    return normuon is not None and isinstance(opt, normuon) and type(opt)._orthogonalize is normuon._orthogonalize
 
 
 def _matrix_only(rule) -> bool:
