@@ -92,6 +92,7 @@ RULES = [
     refopt.MARS(lr=1e-2, kind="lion", max_norm=None, weight_decay=0.1),   # decoupled decay: scale invariant
     refopt.MARS(lr=1e-2, eps=1e-12, max_norm=3.0),   # the clip acts at some scales only: not scale invariant
     refopt.NorMuon(lr=0.02, msign="svd", eps=1e-30),   # degree 0 in g; v per neuron: not orthogonally equivariant
+    refopt.Dion(lr=0.02, rank=2, eps=1e-12),   # degree 0 in g; a fixed Q_0: not orthogonally equivariant
     refopt.Prodigy(d0=1e-3, weight_decay=0.1, decoupled=False),   # L2: not scale invariant
     refopt.Mechanic(refopt.Adam(lr=0.01), eps=1e-3),   # eps in |h| + eps: not scale invariant
 ]

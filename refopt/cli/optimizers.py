@@ -76,6 +76,11 @@ def _normuon(a, lr, sched):
                  ns_coeffs=a.ns_coeffs, ns_steps=a.ns_steps, weight_decay=_wd(a, 0.0), schedule=sched)
 
 
+def _dion(a, lr, sched):
+    return _make(refopt.Dion, {"momentum": "--muon-momentum"}, lr=lr, momentum=a.muon_momentum,
+                 weight_decay=_wd(a, 0.0), schedule=sched)
+
+
 def _hidden_base(a, name):
     """The direction rule inside Hyperball / Covariant (its own lr and schedule are unused there)."""
     if name == "muon":
@@ -111,6 +116,9 @@ OPTIMIZERS = {
                      "NorMuon (Li et al. 2025, the paper's form: each neuron's row of msign normalised, the update's "
                      "RMS 0.2 lr) on the hidden matrices (--ns-coeffs, --ns-steps, --muon-momentum), AdamW elsewhere",
                      partitioned=True),
+    "dion": Entry(lambda a, lr, s, lab: _partition(_dion(a, lr, s), a, s, lab), {"mlp": 0.02, "gpt": 0.02},
+                  "Dion (Ahn et al. 2025: a full-rank orthonormal update by one warm-started power iteration with "
+                  "error feedback) on the hidden matrices (--muon-momentum), AdamW elsewhere", partitioned=True),
     "muonh": Entry(lambda a, lr, s, lab: _partition(_hyperball(a, "muon", lr, s), a, s, lab),
                    {"mlp": 0.02, "gpt": 0.02},
                    "Hyperball(Muon) (MuonH, post 002) on the hidden matrices, AdamW elsewhere", partitioned=True),
