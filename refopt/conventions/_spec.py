@@ -468,6 +468,25 @@ def norm64(a) -> float:
 
 
 # ------------------------------------------------------------------------------------------------------
+class ShapeScaledOracle(Oracle):
+    """An :class:`Oracle` of a matrix rule whose step is x_t = (1 - lr_t lambda) x_{t-1} - lr_t s U_t, s the
+    shape scale of the rule's ``scale`` (refopt.rules.muon_shape.muon_scale), lambda its ``weight_decay``
+    (decoupled): subclasses define ``unscaled(t, s, x, g, path) -> U_t`` shaped like x (the state advanced)."""
+
+    def _s(self, x):
+        from refopt.rules.muon_shape import muon_scale
+        return muon_scale(x.shape, self.rule.scale)
+
+    def direction_leaf(self, t, s, x, g, path):
+        return scalar(self._s(x), x.dtype) * self.unscaled(t, s, x, g, path)
+
+    def step_leaf(self, t, s, x, g, path):
+        r, d = self.rule, x.dtype
+        lr = r.lr * gamma(r.schedule, t)
+        u = self.unscaled(t, s, x, g, path)
+        return scalar(1.0 - lr * r.weight_decay, d) * x - scalar(lr * self._s(x), d) * u
+
+
 @dataclass(frozen=True)
 class Conventions:
     """What one conventions file declares about its rules (see :mod:`refopt.conventions`).

@@ -127,6 +127,15 @@ class WholeTreeRule(RuleAdapter):
 
 
 # ---- the generic variants ---------------------------------------------------------------------------------
+def shape_scale_variants(rule) -> list:
+    """The matrix rule (Muon, NorMuon, Dion) with each of the other shape scales of its ``scale`` field
+    (refopt.rules.muon_shape.muon_scale) as rule variants."""
+    return [v for sc in ("spectral", "jordan", "rms_match", "none")
+            for v in [rule_variant(f"scale='{sc}'", "the shape scale of the step: spectral sqrt(fan_out/fan_in), "
+                                   "jordan sqrt(max(1, fan_out/fan_in)), rms_match 0.2 sqrt(max(fan_in, fan_out)), "
+                                   "none 1", try_replace(rule, scale=sc))] if v is not None]
+
+
 def try_replace(rule, **changes):
     """``replace(rule, **changes)``, or None when the rule refuses the changes or they change nothing."""
     try:

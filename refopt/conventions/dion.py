@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import Conventions, Example, Oracle, gamma, scalar
+from refopt.conventions._spec import Conventions, Example, ShapeScaledOracle, scalar
 from refopt.golden import GoldenCase
 from refopt.rules.dion import Dion, initial_q
 
 
-class DionOracle(Oracle):
+class DionOracle(ShapeScaledOracle):
     """Dion from the rule's docstring, array by array in numpy, on the paper's m x n = (fan_out, fan_in) matrix.
     Switches: ``feedback`` False (M_t = mu B_t: no error feedback); ``normalise`` False (Q_t = R_t);
     ``refresh`` False (Q stays Q_0: no warm start); ``orth`` 'qr' (the rule's) | 'none' (P_t = B_t Q_{t-1})."""
@@ -19,8 +19,8 @@ class DionOracle(Oracle):
         r = self.rule
         return {"M": np.zeros_like(x), "Q": initial_q(x.shape, r.rank, r.seed, path, x.dtype)}
 
-    def direction_leaf(self, t, s, x, g, path):
-        from refopt.rules.muon import matrix_shape, muon_scale
+    def unscaled(self, t, s, x, g, path):
+        from refopt.rules.muon import matrix_shape
 
         r, d, sw = self.rule, x.dtype, self.switches
         view = matrix_shape(x.shape)
@@ -37,20 +37,11 @@ class DionOracle(Oracle):
         Q = R / (np.linalg.norm(R, axis=0, keepdims=True) + scalar(r.eps, d)) if sw.get("normalise", True) else R
         if sw.get("refresh", True):
             s["Q"] = Q
-        return scalar(muon_scale(x.shape, r.scale), d) * (P @ Q.T).T.reshape(x.shape)
-
-    def step_leaf(self, t, s, x, g, path):
-        from refopt.rules.muon import muon_scale
-
-        r, d = self.rule, x.dtype
-        lr = r.lr * gamma(r.schedule, t)
-        u = self.direction_leaf(t, s, x, g, path) / scalar(muon_scale(x.shape, r.scale), d)
-        return scalar(1.0 - lr * r.weight_decay, d) * x - scalar(lr * muon_scale(x.shape, r.scale), d) * u
+        return np.ascontiguousarray((P @ Q.T).T).reshape(x.shape)
 
 
 def variants(rule):
-    from refopt.conventions._variants import TransposedRule, Variant, oracle_variant as v, rule_variant as rv, \
-        try_replace
+    from refopt.conventions._variants import TransposedRule, Variant, oracle_variant as v, shape_scale_variants
 
     out = [Variant("layout transposed", "the rule applied to W^T: the paper's (out, in) matrix read as (in, out), "
                    "so Q is the left factor", lambda: TransposedRule(rule)),
@@ -58,11 +49,7 @@ def variants(rule):
            v(rule, "Q not normalised", "Q_t = R_t in place of its columns divided by their norms", normalise=False),
            v(rule, "Q not refreshed", "Q stays Q_0 in place of the warm start Q_{t-1}", refresh=False),
            v(rule, "P not orthonormalised", "P_t = B_t Q_{t-1} without the QR", orth="none")]
-    for sc in ("spectral", "jordan", "rms_match", "none"):
-        out.append(rv(f"scale='{sc}'", "the shape scale of the step: spectral sqrt(fan_out/fan_in), jordan "
-                      "sqrt(max(1, fan_out/fan_in)), rms_match 0.2 sqrt(max(fan_in, fan_out)), none 1",
-                      try_replace(rule, scale=sc)))
-    return [o for o in out if o is not None]
+    return out + shape_scale_variants(rule)
 
 
 def facts(rule, of):

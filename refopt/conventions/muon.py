@@ -65,15 +65,13 @@ class MuonOracle(Oracle):
 
 
 def variants(rule):
-    from refopt.conventions._variants import TransposedRule, Variant, rule_variant as rv, try_replace as _try
+    from refopt.conventions._variants import (TransposedRule, Variant, rule_variant as rv, shape_scale_variants,
+                                              try_replace as _try)
 
     out = [Variant("layout transposed", "the rule applied to W^T: torch's (out, in) layout read as refopt's "
                    "(in, out) or the reverse (the shape scale flips on non-square matrices)",
                    lambda: TransposedRule(rule))]
-    for sc in ("spectral", "jordan", "rms_match", "none"):
-        out.append(rv(f"scale='{sc}'", "Muon's shape scale: spectral sqrt(fan_out/fan_in), jordan "
-                      "sqrt(max(1, fan_out/fan_in)), rms_match 0.2 sqrt(max(fan_in, fan_out)), none 1",
-                      _try(rule, scale=sc)))
+    out += shape_scale_variants(rule)
     out.append(rv("nesterov flipped", "Nesterov input (1-mu) g + mu m vs plain momentum m",
                   _try(rule, nesterov=not rule.nesterov)))
     for nm in ("standard", "bias_corrected"):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import (BETAS2, NO_MAXIMIZE, Conventions, Example, Oracle, PeerMapping,
-                                      decoupled_decay_only, gamma, scalar)
+from refopt.conventions._spec import (BETAS2, NO_MAXIMIZE, Conventions, Example, PeerMapping, ShapeScaledOracle,
+                                      decoupled_decay_only, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.normuon import NorMuon
 from refopt.rules.partition import Partition, at_least_2d_labels
@@ -20,7 +20,7 @@ from refopt.rules.partition import Partition, at_least_2d_labels
 _KJ = (3.4445, -4.775, 2.0315)
 
 
-class NorMuonOracle(Oracle):
+class NorMuonOracle(ShapeScaledOracle):
     """NorMuon from the rule's docstring, array by array in numpy, on the (fan_in, fan_out) view. Switches:
     ``axis`` 'out' (v per output neuron, the rule's) | 'in' (per input row: the neuron read from the other
     layout); ``v_of`` 'O' (the rule's) | 'M' (v of the msign input, before Newton-Schulz); ``update_scale``
@@ -31,9 +31,9 @@ class NorMuonOracle(Oracle):
         fan_in, fan_out = matrix_shape(x.shape)
         return {"m": np.zeros_like(x), "v": np.zeros((1, fan_out), x.dtype), "v_in": np.zeros((fan_in, 1), x.dtype)}
 
-    def direction_leaf(self, t, s, x, g, path):
+    def unscaled(self, t, s, x, g, path):
         from refopt.linalg._msign import _msign_svd, newton_schulz, ns_coefficients
-        from refopt.rules.muon import matrix_shape, muon_scale
+        from refopt.rules.muon import matrix_shape
 
         r, d, sw = self.rule, x.dtype, self.switches
         mu = r.momentum
@@ -56,20 +56,12 @@ class NorMuonOracle(Oracle):
             rho = 0.2 * np.sqrt(float(O.size)) / n_hat
         else:
             rho = float(np.sqrt(np.sum(O.astype(np.float64) ** 2))) / n_hat
-        return (scalar(rho, d) * O_hat * scalar(muon_scale(x.shape, r.scale), d)).reshape(x.shape)
-
-    def step_leaf(self, t, s, x, g, path):
-        from refopt.rules.muon import muon_scale
-
-        r, d = self.rule, x.dtype
-        lr = r.lr * gamma(r.schedule, t)
-        u = self.direction_leaf(t, s, x, g, path) / scalar(muon_scale(x.shape, r.scale), d)
-        return scalar(1.0 - lr * r.weight_decay, d) * x - scalar(lr * muon_scale(x.shape, r.scale), d) * u
+        return (scalar(rho, d) * O_hat).reshape(x.shape)
 
 
 def variants(rule):
-    from refopt.conventions._variants import TransposedRule, Variant, oracle_variant as v, rule_variant as rv, \
-        try_replace
+    from refopt.conventions._variants import (TransposedRule, Variant, oracle_variant as v, rule_variant as rv,
+                                              shape_scale_variants, try_replace)
 
     other = "preserve_norm" if rule.update_scale == "match_rms" else "match_rms"
     say = {"match_rms": "0.2 sqrt(fan_in fan_out) / ||hat O||_F (the paper)",
@@ -85,11 +77,7 @@ def variants(rule):
              update_scale=other),
            rv("nesterov flipped", "Nesterov input (1-mu) g + mu m vs plain momentum m",
               try_replace(rule, nesterov=not rule.nesterov))]
-    for sc in ("none", "jordan", "rms_match", "spectral"):
-        out.append(rv(f"scale='{sc}'", "the shape scale of the step: none 1, jordan sqrt(max(1, fan_out/fan_in)), "
-                      "rms_match 0.2 sqrt(max(fan_in, fan_out)), spectral sqrt(fan_out/fan_in)",
-                      try_replace(rule, scale=sc)))
-    return [o for o in out if o is not None]
+    return [o for o in out if o is not None] + shape_scale_variants(rule)
 
 
 def facts(rule, of):

@@ -9,10 +9,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from refopt.core import ArraySpec, Rule, cast_scalar
-from refopt.kernels import AXPBY, Axpby
+from refopt.core import ArraySpec, Rule
 from refopt.rules import _checks
-from refopt.rules.muon_shape import matrix_shape, muon_scale
+from refopt.rules.muon_shape import ShapeScaledStep, matrix_shape
 
 
 class DionState(NamedTuple):
@@ -50,7 +49,7 @@ def initial_q(shape: tuple, rank: int | None, seed: int, path: str, dtype) -> np
 
 
 @dataclass(frozen=True)
-class Dion(Rule):
+class Dion(ShapeScaledStep, Rule):
     r"""Dion (Ahn et al. 2025, arXiv:2504.05295, Algorithm 1, centralized): a rank-r orthonormal update.
 
     The paper's matrix is the m x n = (fan_out, fan_in) weight (torch's (out, in); refopt's (fan_in, fan_out)
@@ -127,11 +126,6 @@ class Dion(Rule):
         lr_t = float(self.lr) * _checks.schedule_multiplier(self.schedule, t)
         return DionContext(lr_t, 1.0 - lr_t * self.weight_decay, 1.0 - float(self.momentum), float(self.eps)), glob
 
-    def prepare(self, ctx, ss, xs, gs, paths):
-        for x in xs:   # the per-array step scalars are checked before any array is written
-            cast_scalar(float(ctx.lr_t) * muon_scale(x.shape, self.scale), x.dtype, "Dion.lr_t * scale", True)
-        return gs
-
     def _update(self, c: DionContext, s: DionState, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         """Advance M and Q in place; return P_t Q_t^T transposed to the (fan_in, fan_out) view, a new array."""
         view = matrix_shape(x.shape)
@@ -141,14 +135,3 @@ class Dion(Rule):
         s.M.reshape(view)[...] = (B - c.omm * (P @ R.T)).T
         s.Q[...] = R / (np.linalg.norm(R, axis=0, keepdims=True) + c.eps)
         return np.ascontiguousarray((P @ s.Q.T).T)
-
-    def update_leaf(self, ctx, s, x, g, path):
-        U = self._update(ctx, s, x, g)
-        step = cast_scalar(float(ctx.lr_t) * muon_scale(x.shape, self.scale), x.dtype, "Dion.lr_t * scale", True)
-        AXPBY.step(x, U, (), Axpby(ctx.decay, step))
-        return x, s
-
-    def direction_leaf(self, ctx, s, x, g, path):
-        U = self._update(ctx, s, x, g)
-        U *= x.dtype.type(muon_scale(x.shape, self.scale))
-        return U.reshape(x.shape), s

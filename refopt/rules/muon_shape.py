@@ -51,3 +51,31 @@ def muon_scale(shape: tuple[int, ...], scale: str = "spectral") -> float:
     if scale == "rms_match":
         return 0.2 * math.sqrt(max(fi, fo))
     return 1.0
+
+
+class ShapeScaledStep:
+    """The step of a matrix rule that computes an update U_t on the (fan_in, fan_out) view and applies
+    x_t = ctx.decay * x_{t-1} - lr_t s U_t, s = :func:`muon_scale` of its ``scale`` (NorMuon, Dion). The rule
+    defines ``_update(ctx, s, x, g) -> U_t`` (a new array, the state advanced in place); ``ctx`` has ``lr_t`` and
+    ``decay``. lr_t s is formed in float64 and cast checked, for every array before any is written."""
+
+    def _step_size(self, ctx, x):
+        from refopt.core import cast_scalar
+        return cast_scalar(float(ctx.lr_t) * muon_scale(x.shape, self.scale), x.dtype,
+                           f"{type(self).__name__}.lr_t * scale", True)
+
+    def prepare(self, ctx, ss, xs, gs, paths):
+        for x in xs:
+            self._step_size(ctx, x)
+        return gs
+
+    def update_leaf(self, ctx, s, x, g, path):
+        from refopt.kernels import AXPBY, Axpby
+        U = self._update(ctx, s, x, g)
+        AXPBY.step(x, U, (), Axpby(ctx.decay, self._step_size(ctx, x)))
+        return x, s
+
+    def direction_leaf(self, ctx, s, x, g, path):
+        U = self._update(ctx, s, x, g)
+        U *= x.dtype.type(muon_scale(x.shape, self.scale))
+        return U.reshape(x.shape), s

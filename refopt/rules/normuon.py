@@ -9,12 +9,11 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from refopt.core import ArraySpec, Rule, cast_scalar
-from refopt.kernels import AXPBY, Axpby
+from refopt.core import ArraySpec, Rule
 from refopt.linalg.norms import fro_norm
 from refopt.rules import _checks
 from refopt.rules.muon import Muon, MuonState
-from refopt.rules.muon_shape import matrix_shape, muon_scale
+from refopt.rules.muon_shape import ShapeScaledStep, matrix_shape
 
 UPDATE_SCALES = ("match_rms", "preserve_norm")
 
@@ -45,7 +44,7 @@ class NorMuonContext(NamedTuple):
 
 
 @dataclass(frozen=True)
-class NorMuon(Rule):
+class NorMuon(ShapeScaledStep, Rule):
     r"""NorMuon (Li et al. 2025, arXiv:2510.05491, Algorithm 1): Muon with a per-neuron second moment.
 
     At step t (t = 1 first), gamma_t = schedule(t), mu = momentum, on the 2-D (fan_in, fan_out) view
@@ -140,9 +139,10 @@ class NorMuon(Rule):
         return NorMuonContext(*c, b2, 1.0 - b2, float(self.eps)), glob
 
     def prepare(self, ctx, ss, xs, gs, paths):
-        return self._muon.prepare(ctx, ss, xs, gs, paths)
+        self._muon.prepare(ctx, ss, xs, gs, paths)   # the step scalars and the CUDA backend, before writing
+        return gs
 
-    def _normalised(self, c: NorMuonContext, s: NorMuonState, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    def _update(self, c: NorMuonContext, s: NorMuonState, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         """Advance m and v in place; return rho_t hat O_t on the (fan_in, fan_out) view, a new array."""
         O = self._muon._orthogonalised(c, MuonState(s.m), x, g)
         s.v[...] = c.beta2 * s.v + c.omb2 * np.mean(O * O, axis=0, keepdims=True)
@@ -155,14 +155,3 @@ class NorMuon(Rule):
             rho = fro_norm(O) / n_hat
         O_hat *= x.dtype.type(rho)
         return O_hat
-
-    def update_leaf(self, ctx, s, x, g, path):
-        U = self._normalised(ctx, s, x, g)
-        step = cast_scalar(float(ctx.lr_t) * muon_scale(x.shape, self.scale), x.dtype, "NorMuon.lr_t * scale", True)
-        AXPBY.step(x, U, (), Axpby(ctx.decay, step))
-        return x, s
-
-    def direction_leaf(self, ctx, s, x, g, path):
-        U = self._normalised(ctx, s, x, g)
-        U *= x.dtype.type(muon_scale(x.shape, self.scale))
-        return U.reshape(x.shape), s
