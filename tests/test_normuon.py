@@ -197,6 +197,9 @@ def test_pytorch_optimizer_normuon_as_shipped_needs_the_bfloat16_tier():
     # the float64 iteration is not judged by that tier: a 2 % lr error is caught there
     r = check_impl(f.normuon, rule, kwargs=dict(lr=0.0102), framework="torch", problems=("stream",), diagnose=False)
     assert not r.agree, r.report()
+    import torch
+    with pytest.raises(ValueError, match="foreach=False"):
+        f.normuon([torch.zeros(3, 2, dtype=torch.float64)], foreach=False)
 
 
 def test_pytorch_optimizer_normuon_with_the_papers_rescale_is_caught():

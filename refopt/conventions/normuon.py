@@ -101,7 +101,8 @@ def pytorch_optimizer_groups(params) -> list:
 def pytorch_optimizer_normuon(params, newton_schulz_dtype: str = "params", **kwargs):
     """``pytorch_optimizer.NorMuon(pytorch_optimizer_groups(params), **kwargs)``. ``newton_schulz_dtype``:
     'params' runs the Newton-Schulz iteration in each update's dtype (a subclass replacing the batched path's
-    ``_orthogonalize``; ``foreach=True`` so that path is taken), 'bfloat16' is the package as it ships."""
+    ``_orthogonalize``; ``foreach=True`` so that path is taken, and ``foreach=False`` raises ValueError),
+    'bfloat16' is the package as it ships."""
     from pytorch_optimizer import NorMuon as PackageNorMuon
     from pytorch_optimizer.optimizer.utils.matrix import zero_power_via_newton_schulz_5
 
@@ -109,6 +110,9 @@ def pytorch_optimizer_normuon(params, newton_schulz_dtype: str = "params", **kwa
         raise ValueError(f"newton_schulz_dtype must be 'params' or 'bfloat16', got {newton_schulz_dtype!r}")
     if newton_schulz_dtype == "bfloat16":
         return PackageNorMuon(pytorch_optimizer_groups(params), **kwargs)
+    if kwargs.get("foreach", True) is False:
+        raise ValueError("foreach=False takes NorMuon's unbatched path, whose Newton-Schulz stays bfloat16; drop it "
+                         "(or pass newton_schulz_dtype='bfloat16' for the package as it ships)")
 
     class NorMuonParamsDtype(PackageNorMuon):
         @staticmethod
