@@ -240,3 +240,28 @@ def test_a_normuon_normalising_the_wrong_axis_is_named():
     r = check_impl(NumpyNorMuon(bug="rows"), rule, framework="numpy", steps=10, problems=("stream", "quadratic"))
     assert not r.agree and r.best.name in ("v per input row", "layout transposed") and r.best.reproduces, r.report()
     assert check_impl(NumpyNorMuon(), rule, framework="numpy", steps=10, problems=("stream", "quadratic")).agree
+
+
+def _normuon_presets(misconfigured=False):
+    from crosscheck_helpers import presets
+    return [p for p in presets("pytorch_optimizer", misconfigured) if p.family == "normuon"]
+
+
+@pytest.mark.parametrize("preset", _normuon_presets(), ids=[p.name for p in _normuon_presets()])
+def test_pytorch_optimizer_normuon_rows_agree(preset):
+    """The table's rows run the package through the preset's factory (its groups, Newton-Schulz in the params'
+    dtype), on the stream and the MLP (vectors in the AdamW group), and in float32."""
+    pytest.importorskip("pytorch_optimizer", reason="peer pytorch_optimizer not installed: pip install -e .[peers]")
+    from crosscheck_helpers import assert_passes
+    assert preset.factory is not None
+    assert assert_passes(preset).params_rel <= 1e-12
+    assert_passes(preset, "mlp")
+    assert_passes(preset, dtype="float32")
+
+
+@pytest.mark.parametrize("preset", _normuon_presets(True), ids=[p.name for p in _normuon_presets(True)])
+def test_pytorch_optimizer_normuon_wrong_row_is_caught(preset):
+    pytest.importorskip("pytorch_optimizer", reason="peer pytorch_optimizer not installed: pip install -e .[peers]")
+    from crosscheck_helpers import assert_caught
+    assert_caught(preset)
+    assert_caught(preset, "mlp")

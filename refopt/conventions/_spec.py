@@ -87,7 +87,9 @@ class Preset:
     state: {refopt state field: peer state key} (the peer's key names, see the adapters);
     tol: the pass criteria; gap: why refopt cannot reproduce the peer (the row is reported, never
     failed); expect_fail: a deliberately wrong preset (:data:`MISCONFIGURED`) that must fail;
-    negate_peer_grads: feed the peer -g (only for the sign negative control);
+    negate_peer_grads: feed the peer -g (only for the sign negative control); factory: a torch package's
+    ``factory(params, **kwargs)`` building the optimizer where ``<package>.<ctor>(params, **kwargs)`` does not run
+    (NorMuon's ``use_muon`` parameter groups), None for the class itself;
     problems: the problems on which the row is meaningful (None = all), and ``problems_why`` the reason
     (e.g. a wrong preset that coincides with the right one on some shapes);
     why: the convention facts the preset relies on.
@@ -108,6 +110,7 @@ class Preset:
     negate_peer_grads: bool = False
     problems: tuple[str, ...] | None = None
     problems_why: str = ""
+    factory: Callable | None = None
 
     def describe_peer(self) -> str:
         ctor, kw = self.peer_call

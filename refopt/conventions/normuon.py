@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import (BETAS2, NO_MAXIMIZE, Conventions, Example, PeerMapping, ShapeScaledOracle,
-                                      decoupled_decay_only, scalar)
+from refopt.conventions._spec import (BETAS2, NO_MAXIMIZE, Conventions, Example, PeerMapping, Preset,
+                                      ShapeScaledOracle, decoupled_decay_only, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.normuon import NorMuon
 from refopt.rules.partition import Partition, at_least_2d_labels
@@ -224,12 +224,32 @@ def atlas_normuon():
 _KW = dict(lr=0.01, momentum=0.9, beta2=0.99, weight_decay=0.05, adamw_lr=1e-3, adamw_betas=(0.85, 0.98),
            adamw_wd=0.01, adamw_eps=1e-8, eps=1e-8)
 
+_F = dict(factory=pytorch_optimizer_normuon)
+
 CONVENTIONS = Conventions(
     rules=(NorMuon,),
     final="rho_t (sqrt(v_t) + eps)^-1 O_t of the orthogonalised momentum: which axis v averages over (the "
           "neurons), what v squares, the rescale rho_t, the shape scale",
     per_step="lr_t",
     mappings=(PYTORCH_OPTIMIZER,),
+    presets=(
+        PYTORCH_OPTIMIZER.preset("pytorch_optimizer.NorMuon", dict(lr=0.02),
+                                 "preserve_norm, lr sqrt(max(1, out/in)); vectors by AdamW (lr 3e-4); Newton-Schulz "
+                                 "in the params' dtype (pytorch_optimizer_normuon)", **_F),
+        PYTORCH_OPTIMIZER.preset("pytorch_optimizer.NorMuon(momentum,beta2,wd,adamw)", _KW,
+                                 "momentum 0.9, beta2 0.99, decay 0.05, eps 1e-8; AdamW lr 1e-3, betas (0.85, 0.98), "
+                                 "decay 0.01", **_F),
+        PYTORCH_OPTIMIZER.preset("pytorch_optimizer.NorMuon(match_rms)",
+                                 dict(lr=2e-3, update_scale="match_rms", nesterov=False, ns_steps=6),
+                                 "the paper's rescale (RMS 0.2 lr), no Nesterov, 6 Newton-Schulz steps", **_F),
+        PYTORCH_OPTIMIZER.preset("pytorch_optimizer.NorMuon(use_adjusted_lr)",
+                                 dict(lr=3e-3, use_adjusted_lr=True, weight_decay=0.1),
+                                 "lr 0.2 sqrt(max(out, in)) (Moonlight's), decay 0.1", **_F)),
+    wrong=(Preset("WRONG rescale: pytorch_optimizer.NorMuon vs refopt NorMuon(update_scale='match_rms')",
+                  "pytorch_optimizer", "normuon", ("NorMuon", dict(lr=0.02)),
+                  lambda: PYTORCH_OPTIMIZER.rule(lr=0.02, update_scale="match_rms"),
+                  "the paper's RMS 0.2 against the package's preserved norm", layout="transpose",
+                  expect_fail=True, factory=pytorch_optimizer_normuon),),
     no_peer={"torch": "torch.optim ships no NorMuon", "optax": "optax 0.2.8 ships no NorMuon",
              "schedulefree": "schedulefree ships the Schedule-Free optimizers only"},
     oracle=NorMuonOracle,

@@ -31,13 +31,14 @@ def takes_foreach(cls) -> bool:
 
 def preset_adapter(preset, factory=None, prefix: str = "torch.optim", module=None):
     """The preset's ``<module>.<ctor>(params, **kwargs)`` (``module`` default ``torch.optim``; or
-    ``factory(params, **kwargs)``, which then gets the kwargs as they are) as a TorchAdapter in the preset's
-    layout."""
+    ``factory(params, **kwargs)`` or the preset's own ``factory``, which then gets the kwargs as they are) as a
+    TorchAdapter in the preset's layout."""
     from refopt.testing.adapters import TorchAdapter
 
     torch = load()
     ctor, kw = preset.peer_call
     kw = dict(kw)
+    factory = factory or getattr(preset, "factory", None)
     if factory is None:
         factory = getattr(torch.optim if module is None else module, ctor)
         if takes_foreach(factory):
