@@ -134,6 +134,9 @@ def _args(argv):
     (["train", "--optimizer", "covariant", "--covariant-base", "sgd", "--momentum", "0.5"], True),
     (["train", "--optimizer", "covariant", "--covariant-base", "muon", "--ns-steps", "3"], True),
     (["train", "--optimizer", "muonh", "--muon-scale", "jordan", "--beta1", "0.8"], True),
+    (["train", "--optimizer", "normuon", "--muon-momentum", "0.9", "--ns-steps", "4", "--adam-lr", "1e-3"], True),
+    (["train", "--optimizer", "dion", "--muon-momentum", "0.9"], True),
+    (["train", "--optimizer", "dion", "--ns-steps", "4"], False),        # Dion has no Newton-Schulz
     (["train", "--optimizer", "adamw", "--schedule", "wsd", "--decay-fraction", "0.3"], True),
     (["train", "--optimizer", "adamw", "--momentum", "0.9"], False),     # the default value, written: still refused
     (["train", "--optimizer", "schedulefree-adamw", "--schedule", "cosine"], False),

@@ -58,10 +58,10 @@ def test_dion_oracle_negative_controls(bug):
 
 @pytest.mark.parametrize("shape", [(6, 4), (3, 5)])
 def test_full_rank_error_feedback_is_momentum_and_q_has_unit_columns(shape):
-    """At r = min(m, n), P_t spans the range of B_t, so P R^T = P P^T B = B and M_t = mu B_t; with eps 0 every
-    column of Q_t has norm 1."""
+    """At r = min(m, n), P_t spans the range of B_t, so P R^T = P P^T B = B and M_t = mu B_t; with eps 1e-300
+    (below any rounding of a column norm of order 1) every column of Q_t has norm 1."""
     x0, gs = _stream(shape, steps=4)
-    rule = Dion(lr=0.02, momentum=0.8, eps=0.0)
+    rule = Dion(lr=0.02, momentum=0.8, eps=1e-300)
     x, s = {"w": x0}, refopt.init(rule, {"w": x0})
     M = np.zeros(shape)
     for g in gs:
@@ -82,7 +82,7 @@ def test_rank_one_gradient_gives_the_exact_msign():
     want, _ = refopt.update(refopt.Muon(lr=0.02, momentum=0.0, nesterov=False, msign="svd"),
                             refopt.init(refopt.Muon(lr=0.02), x0), x0, g)
     for seed in (0, 7, 11):
-        rule = Dion(lr=0.02, rank=1, seed=seed, eps=0.0)
+        rule = Dion(lr=0.02, rank=1, seed=seed, eps=1e-300)
         x, _ = refopt.update(rule, refopt.init(rule, x0), x0, g)
         np.testing.assert_allclose(x["w"], want["w"], rtol=1e-12, atol=1e-14)
     # negative control: a rank-2 gradient is not approximated by a rank-1 update
@@ -95,7 +95,7 @@ def test_rank_one_gradient_gives_the_exact_msign():
 
 def test_dion_gradient_scale_invariance_and_float32():
     x0, gs = _stream((4, 6), steps=3)
-    rule = Dion(lr=0.02, rank=2, eps=0.0)
+    rule = Dion(lr=0.02, rank=2, eps=1e-30)
     x1, _ = run(rule, {"w": x0}, [{"w": g} for g in gs])
     x2, _ = run(rule, {"w": x0}, [{"w": 1e3 * g} for g in gs])
     np.testing.assert_allclose(x1["w"], x2["w"], rtol=1e-12, atol=1e-14)
@@ -113,6 +113,7 @@ def test_initial_q_is_per_path_and_seeded():
 
 
 @pytest.mark.parametrize("kw, match", [(dict(rank=0), "rank"), (dict(rank=1.5), "rank"), (dict(eps=-1.0), "eps"),
+                                       (dict(eps=0.0), "eps"),
                                        (dict(momentum=1.0), "momentum"), (dict(lr=-1.0), "lr"),
                                        (dict(scale="x"), "scale"), (dict(seed=-1), "seed"),
                                        (dict(weight_decay=-0.1), "weight_decay")])
@@ -156,3 +157,13 @@ def test_a_dion_without_error_feedback_is_named():
     r = check_impl(NumpyDion(bug="no feedback"), rule, framework="numpy", steps=10, problems=("stream", "quadratic"))
     assert not r.agree and r.best.name == "no error feedback" and r.best.reproduces, r.report()
     assert check_impl(NumpyDion(), rule, framework="numpy", steps=10, problems=("stream", "quadratic")).agree
+
+
+def test_dion_integer_like_rank_and_seed_and_huge_gradients():
+    r = Dion(rank=np.int64(2), seed=np.int64(3))
+    assert (r.rank, r.seed) == (2, 3) and type(r.rank) is int and type(r.seed) is int
+    x0 = {"w": np.ones((3, 4))}
+    s = refopt.init(r, x0)
+    with pytest.raises(FloatingPointError, match="w"):
+        refopt.update(r, s, x0, {"w": np.full((3, 4), 1e300)})
+    assert np.array_equal(x0["w"], np.ones((3, 4))) and not np.any(s.leaves["w"].M)

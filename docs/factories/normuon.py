@@ -13,9 +13,9 @@ both sides::
 pytorch_optimizer runs its Newton-Schulz iteration in bfloat16 (``zero_power_via_newton_schulz_5``'s
 ``dtype``). :func:`normuon` runs it in the parameters' dtype (float64 in the cross-check) through a subclass that
 replaces the batched path's ``_orthogonalize``, so the rest of the step is compared at refopt's float64
-tolerance. :func:`normuon_bfloat16` is the package as it ships: its per-step update is 4e-2 (the stream) to 0.15
-(the GPT) from the float64 iteration's, which only the cross-check's bfloat16 Newton-Schulz tier accepts
-(``refopt divergences --only normuon-update-scale``).
+tolerance. :func:`normuon_bfloat16` is the package as it ships: at lr 0.01 its per-step update is 4e-2 (the stream)
+to 0.15 (the GPT) from the float64 iteration's, which only the cross-check's bfloat16 Newton-Schulz tier accepts
+(the atlas entry ``refopt divergences --only normuon-update-scale`` measures it too, beside the rescale).
 """
 from refopt.conventions.normuon import pytorch_optimizer_groups, pytorch_optimizer_normuon
 

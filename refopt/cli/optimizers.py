@@ -113,8 +113,8 @@ OPTIMIZERS = {
                   "Muon on the hidden matrices (--muon-scale, --ns-coeffs, --ns-steps, --muon-momentum), "
                   "AdamW elsewhere", partitioned=True),
     "normuon": Entry(lambda a, lr, s, lab: _partition(_normuon(a, lr, s), a, s, lab), {"mlp": 1e-2, "gpt": 1e-2},
-                     "NorMuon (Li et al. 2025, the paper's form: each neuron's row of msign normalised, the update's "
-                     "RMS 0.2 lr) on the hidden matrices (--ns-coeffs, --ns-steps, --muon-momentum), AdamW elsewhere",
+                     "NorMuon (Li et al. 2025, the paper's form: each neuron's row of msign normalised, the update "
+                     "rescaled to RMS 0.2 x lr) on the hidden matrices (--ns-coeffs, --ns-steps, --muon-momentum), AdamW elsewhere",
                      partitioned=True),
     "dion": Entry(lambda a, lr, s, lab: _partition(_dion(a, lr, s), a, s, lab), {"mlp": 0.02, "gpt": 0.02},
                   "Dion (Ahn et al. 2025: a full-rank orthonormal update by one warm-started power iteration with "
@@ -205,10 +205,10 @@ USED_BY = {
     "eps": _any(_named("adam", "adamw", "average", "ema", "schedulefree-adamw"), _partitioned, _registry_uses("eps")),
     "wd_mode": _any(_named("adamw", "average", "ema"), _partitioned),
     "adam_lr": _partitioned,
-    "muon_momentum": _any(_named("muon", "muonh"), _covariant_over("muon")),
+    "muon_momentum": _any(_named("muon", "muonh", "normuon", "dion"), _covariant_over("muon")),
     "muon_scale": _any(_named("muon", "muonh"), _covariant_over("muon")),
-    "ns_coeffs": _any(_named("muon", "muonh"), _covariant_over("muon")),
-    "ns_steps": _any(_named("muon", "muonh"), _covariant_over("muon")),
+    "ns_coeffs": _any(_named("muon", "muonh", "normuon"), _covariant_over("muon")),
+    "ns_steps": _any(_named("muon", "muonh", "normuon"), _covariant_over("muon")),
     "covariant_base": _named("covariant"),
     "sf_beta": _named(*SCHEDULE_FREE),
     "ema_decay": _named("ema"),
@@ -270,12 +270,12 @@ def add_arguments(p: argparse.ArgumentParser, with_name: bool = True) -> None:
                    help="peak learning rate of the rule (of the hidden-matrix rule for partitioned ones); "
                         "default per optimizer and model")
     g.add_argument("--adam-lr", type=float, default=3e-3, help="AdamW lr on the non-hidden arrays of "
-                                                             "muon/muonh/adamh/covariant")
+                                                             "muon/normuon/dion/muonh/adamh/covariant")
     g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum mu (sgd; covariant over sgd)")
     g.add_argument("--nesterov", action="store_true", help="SGD Nesterov momentum (sgd; covariant over sgd)")
     g.add_argument("--beta1", type=float, default=0.9,
                    help="Adam first-moment decay beta1 (adam, adamw, average, ema, and the AdamW part of "
-                        "muon/muonh/adamh/covariant; schedule-free rules take --sf-beta)")
+                        "muon/normuon/dion/muonh/adamh/covariant; schedule-free rules take --sf-beta)")
     g.add_argument("--beta2", type=float, default=0.999,
                    help="Adam second-moment decay beta2 (Adam-type rules and parts, schedulefree-adamw)")
     g.add_argument("--eps", type=float, default=1e-8,
@@ -286,7 +286,7 @@ def add_arguments(p: argparse.ArgumentParser, with_name: bool = True) -> None:
     g.add_argument("--wd-mode", default="decoupled", choices=["decoupled", "independent"],
                    help="weight decay of AdamW and Muon: decoupled (x *= 1 - lr_t*lambda) or independent of "
                         "the lr (x *= 1 - gamma_t*lambda)")
-    g.add_argument("--muon-momentum", type=float, default=0.95, help="Muon momentum mu (muon, muonh)")
+    g.add_argument("--muon-momentum", type=float, default=0.95, help="Muon momentum mu (muon, normuon, dion, muonh)")
     g.add_argument("--muon-scale", default="spectral", choices=["spectral", "jordan", "rms_match", "none"],
                    help="Muon's scale of the orthogonalized update (refopt.Muon's scale)")
     g.add_argument("--ns-coeffs", default="jordan", choices=["jordan", "polar_express", "you", "classic"],

@@ -3,6 +3,7 @@ orthonormal update of rank r from one power iteration per step, warm-started fro
 factor, with the part of the momentum the low-rank update did not take kept (error feedback)."""
 from __future__ import annotations
 
+import numbers
 import zlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -77,7 +78,7 @@ class Dion(ShapeScaledStep, Rule):
       lr: peak learning rate eta >= 0.
       momentum: mu in [0, 1).
       rank: r >= 1, capped at min(fan_in, fan_out); None (default) is full rank.
-      eps: >= 0, added to each column norm of R_t (default 1e-8; 0 divides by a zero column's 0).
+      eps: > 0, added to each column norm of R_t (default 1e-8; it keeps a zero column of R_t at 0).
       scale: the shape scale s (default 'spectral', the paper's sqrt(m/n)).
       weight_decay: lambda >= 0, decoupled.
       seed: the int that draws Q_0.
@@ -100,13 +101,17 @@ class Dion(ShapeScaledStep, Rule):
     def __post_init__(self):
         _checks.nonnegative("lr", self.lr)
         _checks.unit_interval("momentum", self.momentum)
-        if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
+        if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, numbers.Integral)
+                                      or self.rank < 1):
             raise ValueError(f"rank must be None or an int >= 1, got {self.rank!r}")
-        _checks.nonnegative("eps", self.eps)
+        _checks.positive("eps", self.eps)
         _checks.one_of("scale", self.scale, {"spectral", "jordan", "rms_match", "none"})
         _checks.nonnegative("weight_decay", self.weight_decay)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
+        if self.rank is not None:
+            object.__setattr__(self, "rank", int(self.rank))
+        object.__setattr__(self, "seed", int(self.seed))
         _checks.schedule(self.schedule)
 
     def init_leaf(self, x, path):
@@ -121,6 +126,10 @@ class Dion(ShapeScaledStep, Rule):
 
     def decoupled_decay(self):
         return self.weight_decay > 0
+
+    def squares_grads(self, s):
+        """R_t's column norms square entries of order |g| / (1 - mu): the gate keeps |g| where they are finite."""
+        return True
 
     def context(self, t, glob):
         lr_t = float(self.lr) * _checks.schedule_multiplier(self.schedule, t)
