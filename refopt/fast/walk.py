@@ -487,6 +487,6 @@ def overrides(rule: Rule, cls: type, *hooks: str) -> bool:
 _BATCHED = [
     (Partition, ("update_leaf",), _partition_leaves),
     (ClipByGlobalNorm, ("update_leaf",), _clip_leaves),
-    (Muon, ("update_leaf", "_orthogonalised"), _muon_leaves),
+    (Muon, ("update_leaf", "_update", "_orthogonalised"), _muon_leaves),
     (ElementwiseRule, ("update_leaf", "kernel_state"), _elementwise_leaves),
 ]

@@ -7,12 +7,12 @@ from typing import Any, Callable, NamedTuple
 import numba
 import numpy as np
 
-from refopt.core import ArraySpec, Rule, cast_scalar
-from refopt.kernels import AXPBY, Axpby, Elementwise
+from refopt.core import ArraySpec, Rule
+from refopt.kernels import Elementwise
 from refopt.linalg._msign import (_check_norm_options, _msign_svd, check_bounded_schedule, newton_schulz,
                                   ns_coefficients)
 from refopt.rules import _checks
-from refopt.rules.muon_shape import _SCALES, matrix_shape, muon_scale  # noqa: F401 (re-exported)
+from refopt.rules.muon_shape import _SCALES, ShapeScaledStep, matrix_shape, muon_scale  # noqa: F401 (re-exported)
 
 
 class MuonState(NamedTuple):
@@ -46,7 +46,7 @@ _MOMENTUM = Elementwise(_momentum, "muon_momentum")
 
 
 @dataclass(frozen=True)
-class Muon(Rule):
+class Muon(ShapeScaledStep, Rule):
     r"""Muon (Jordan et al. 2024; post 003): msign of the momentum, scaled by the layer shape.
 
     At step t (t = 1 first), gamma_t = schedule(t), mu = momentum, s = :func:`muon_scale`:
@@ -198,18 +198,16 @@ class Muon(Rule):
             w_m, w_g = 1.0 / (1.0 - mu ** t), 0.0
         return MuonContext(lr_t, decay, mu, 1.0 - mu, w_m, w_g, 1.0), glob
 
-    def _step_scalars(self, ctx, x):
-        """(decay, lr_t * scale) for x, the product formed in float64 and cast checked."""
-        step = float(ctx.lr_t) * muon_scale(x.shape, self.scale)
-        return Axpby(ctx.decay, cast_scalar(step, x.dtype, "Muon.lr_t * scale", True))
-
     def prepare(self, ctx, ss, xs, gs, paths):
-        for x in xs:   # the per-array step scalars are checked before any array is written
-            cast_scalar(float(ctx.lr_t) * muon_scale(x.shape, self.scale), x.dtype, "Muon.lr_t * scale", True)
-        if self.msign_backend == "cuda" and self.msign != "svd" and xs:   # numba-cuda and a GPU, before writing
+        gs = super().prepare(ctx, ss, xs, gs, paths)   # the per-array step scalars, before any array is written
+        self._check_msign_backend(xs)
+        return gs
+
+    def _check_msign_backend(self, xs) -> None:
+        """With msign_backend='cuda': numba-cuda and a GPU are there (raises before anything is written)."""
+        if self.msign_backend == "cuda" and self.msign != "svd" and xs:
             from refopt.fast import msign_cuda
             msign_cuda._cuda()
-        return gs
 
     def _orthogonalised(self, c: MuonContext, s: MuonState, x: np.ndarray, g: np.ndarray) -> np.ndarray:
         """Advance m in place and return O_t = msign(M_t) on the 2-D view, as a new (fan_in, fan_out) array."""
@@ -222,12 +220,5 @@ class Muon(Rule):
             return newton_schulz(M, self._rows, self.eps_mode, self.norm_eps, self.norm_factor, backend="cuda")
         return newton_schulz(M, self._rows, self.eps_mode, self.norm_eps, self.norm_factor)
 
-    def update_leaf(self, ctx, s, x, g, path):
-        O = self._orthogonalised(ctx, s, x, g)
-        AXPBY.step(x, O, (), self._step_scalars(ctx, x))
-        return x, s
-
-    def direction_leaf(self, ctx, s, x, g, path):
-        O = self._orthogonalised(ctx, s, x, g)
-        O *= x.dtype.type(muon_scale(x.shape, self.scale))
-        return O.reshape(x.shape), s
+    def _update(self, c, s, x, g):
+        return self._orthogonalised(c, s, x, g)

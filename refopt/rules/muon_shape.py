@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
+from refopt.kernels import AXPBY, Axpby
 from refopt.rules import _checks
+from refopt.scalars import cast_scalar
 
 _SCALES = ("spectral", "jordan", "jordan_4d", "rms_match", "none")
 
@@ -55,24 +57,23 @@ def muon_scale(shape: tuple[int, ...], scale: str = "spectral") -> float:
 
 class ShapeScaledStep:
     """The step of a matrix rule that computes an update U_t on the (fan_in, fan_out) view and applies
-    x_t = ctx.decay * x_{t-1} - lr_t s U_t, s = :func:`muon_scale` of its ``scale`` (NorMuon, Dion). The rule
-    defines ``_update(ctx, s, x, g) -> U_t`` (a new array, the state advanced in place); ``ctx`` has ``lr_t`` and
-    ``decay``. lr_t s is formed in float64 and cast checked, for every array before any is written."""
+    x_t = ctx.decay * x_{t-1} - lr_t s U_t, s = :func:`muon_scale` of its ``scale`` (Muon, NorMuon, Dion). The
+    rule defines ``_update(ctx, s, x, g) -> U_t`` (a new array, the state advanced in place); ``ctx`` has ``lr_t``
+    and ``decay``. lr_t s is formed in float64 and cast checked, for every array before any is written."""
 
-    def _step_size(self, ctx, x):
-        from refopt.core import cast_scalar
-        return cast_scalar(float(ctx.lr_t) * muon_scale(x.shape, self.scale), x.dtype,
-                           f"{type(self).__name__}.lr_t * scale", True)
+    def _step_scalars(self, ctx, x) -> Axpby:
+        """(decay, lr_t * s) for x, the product formed in float64 and cast checked."""
+        step = float(ctx.lr_t) * muon_scale(x.shape, self.scale)
+        return Axpby(ctx.decay, cast_scalar(step, x.dtype, f"{type(self).__name__}.lr_t * scale", True))
 
     def prepare(self, ctx, ss, xs, gs, paths):
         for x in xs:
-            self._step_size(ctx, x)
+            self._step_scalars(ctx, x)
         return gs
 
     def update_leaf(self, ctx, s, x, g, path):
-        from refopt.kernels import AXPBY, Axpby
         U = self._update(ctx, s, x, g)
-        AXPBY.step(x, U, (), Axpby(ctx.decay, self._step_size(ctx, x)))
+        AXPBY.step(x, U, (), self._step_scalars(ctx, x))
         return x, s
 
     def direction_leaf(self, ctx, s, x, g, path):

@@ -139,7 +139,8 @@ class NorMuon(ShapeScaledStep, Rule):
         return NorMuonContext(*c, b2, 1.0 - b2, float(self.eps)), glob
 
     def prepare(self, ctx, ss, xs, gs, paths):
-        self._muon.prepare(ctx, ss, xs, gs, paths)   # the step scalars and the CUDA backend, before writing
+        gs = super().prepare(ctx, ss, xs, gs, paths)   # the per-array step scalars, before any array is written
+        self._muon._check_msign_backend(xs)
         return gs
 
     def _update(self, c: NorMuonContext, s: NorMuonState, x: np.ndarray, g: np.ndarray) -> np.ndarray:
