@@ -182,30 +182,29 @@ PYTORCH_OPTIMIZER = PeerMapping(
 
 
 def atlas_normuon():
-    from refopt.crosscheck import peers
-    from refopt.crosscheck.atlas import Entry, Pair, peer_side, restated_side
+    from dataclasses import replace
+    from functools import partial
+
     from refopt.conventions._spec import MUON_TORCH_BF16
+    from refopt.crosscheck.atlas import Entry, Pair, peer_side, restated_side
 
     kw = dict(lr=0.02, momentum=0.95, beta2=0.95)
-    p = PYTORCH_OPTIMIZER.preset("pytorch_optimizer.NorMuon", kw, "atlas")
+    p = PYTORCH_OPTIMIZER.preset("pytorch_optimizer.NorMuon", kw, "atlas", factory=pytorch_optimizer_normuon)
+    p_bf16 = replace(p, name="pytorch_optimizer.NorMuon(bfloat16)",
+                     factory=partial(pytorch_optimizer_normuon, newton_schulz_dtype="bfloat16"))
     paper = NorMuon(lr=0.02, eps_mode="clamp", norm_eps=1e-7)
 
     def hidden():   # the stream's arrays are matrices: the Partition's Muon group alone
         return p.make_rule().rules["hidden"]
 
-    def package(dtype):
-        return lambda: peers.preset_adapter(
-            p, factory=lambda params, **k: pytorch_optimizer_normuon(params, newton_schulz_dtype=dtype, **k))
-
     return Entry(
         "normuon-update-scale",
         "NorMuon's rescale of the normalised update: the Frobenius norm of O_t kept and Muon's shape scale (the "
         "authors' code, pytorch_optimizer) vs an RMS of 0.2 (the paper's Algorithm 1); bfloat16 Newton-Schulz",
-        (peer_side("pytorch_optimizer", p, make_peer=package("params"), make_refopt=hidden,
+        (peer_side("pytorch_optimizer", p, make_refopt=hidden,
                    source="pytorch_optimizer 4.1.0 NorMuon (update_scale='preserve_norm', the default), its "
                           "Newton-Schulz in float64 (refopt.conventions.normuon.pytorch_optimizer_normuon)"),
-         peer_side("pytorch_optimizer bfloat16", p, make_peer=package("bfloat16"), make_refopt=hidden,
-                   tol=MUON_TORCH_BF16,
+         peer_side("pytorch_optimizer bfloat16", p_bf16, make_refopt=hidden, tol=MUON_TORCH_BF16,
                    tol_name="MUON_TORCH_BF16", source="pytorch_optimizer 4.1.0 NorMuon as it ships (Newton-Schulz "
                                                       "in bfloat16)"),
          restated_side("paper", "Li et al. 2025, Algorithm 1: rho_t = 0.2 sqrt(m n) / ||hat O_t||_F, no shape "
