@@ -93,6 +93,9 @@ RULES = [
     refopt.MARS(lr=1e-2, eps=1e-12, max_norm=3.0),   # the clip acts at some scales only: not scale invariant
     refopt.NorMuon(lr=0.02, msign="svd", eps=1e-30),   # degree 0 in g; v per neuron: not orthogonally equivariant
     refopt.Dion(lr=0.02, rank=2, eps=1e-12),   # degree 0 in g; a fixed Q_0: not orthogonally equivariant
+    refopt.SOAP(lr=0.01, eps=1e-12, precondition_frequency=2),   # degree 0 in g; rotations mix the entries
+    refopt.Shampoo(lr=0.01, eps=1e-12),   # matrix roots: degree 0 in g, rotations followed
+    refopt.Shampoo(lr=0.01, momentum=0.5, eps=1e-12),   # momentum mixes g and a degree-0 update: not scale invariant
     refopt.Prodigy(d0=1e-3, weight_decay=0.1, decoupled=False),   # L2: not scale invariant
     refopt.Mechanic(refopt.Adam(lr=0.01), eps=1e-3),   # eps in |h| + eps: not scale invariant
 ]

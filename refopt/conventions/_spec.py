@@ -34,6 +34,23 @@ Tolerances (:class:`Tol`, see docs/crosscheck.md for the derivations):
   stays gated at EXACT**. The errors that must be caught are larger (measured, :data:`MISCONFIGURED`):
   on the stream a wrong scale or an untransposed layout (2:1 matrices: sqrt(2) - 1 = 0.41) gives
   >= 0.40, a sign error 2.1, dropping Nesterov 0.99; on the MLP / GPT the smallest is 0.37 (Nesterov).
+* ``SOAP_ROUNDING``, ``SHAMPOO_ROUNDING`` -- SOAP and Shampoo (the Kronecker-factored preconditioners) amplify
+  rounding. SOAP normalises every coordinate of its eigenbasis by its own second moment, so a coordinate that is
+  zero in exact arithmetic (the null space of a rank-deficient factor, or the quadratic's second gradient, which
+  equals the first) carries rounding noise divided by eps, and the eigenvectors of close eigenvalues turn by
+  noise / gap. Shampoo's inverse roots of eps I + sum G G^T have condition numbers up to ||H|| / eps, and its
+  momentum feeds the preconditioned update back into the statistics. The measurement: refopt against itself, the
+  gradients changed by one ulp at random entries, 50 steps, seed 0 (SOAP also seed 1). SOAP parts by up to 2.6e-8
+  (float64, the GPT; 5.7e-10 the quadratic, 1.9e-10 the MLP, 3e-16 the stream) and 1.6e-2 (float32, the MLP).
+  Shampoo parts by up to 1.4e-8 (momentum 0.5 with decoupled decay on the stream; without momentum 2.5e-10, the
+  quadratic); with momentum it is chaotic on the MLP (0.75), so its momentum rows skip the MLP; its state (b, the
+  preconditioned update) parts by up to 1.3e-6 (no momentum, the quadratic). The gate: float64 params 1e-6 and
+  state 1e-6 (SOAP) or 1e-4 (Shampoo). In float32 refopt parts from itself by up to 1.6e-2 (SOAP, the MLP) and
+  0.15 (Shampoo with momentum, the GPT), as large as the errors to catch, so both are cross-checked in float64
+  only: the rows skip float32 and ``crosscheck --impl --dtype float32`` refuses them (the float32 entries here
+  are EXACT's and never apply). The errors to catch are larger: a decay
+  of 0.1 left out moves SOAP by 5e-2, a momentum of 0.9 left out moves Shampoo by 2e-2, and the diagnosis
+  variants move either by >= 1e-5.
 """
 from __future__ import annotations
 
@@ -71,6 +88,11 @@ OPTAX_F32_WARMUP = Tol({"params": 1e-6, "state": 1e-6}, {"params": 2e-5, "state"
 MUON_OPTAX = Tol({"params": 1e-10, "state": 1e-12}, {"params": 2e-4, "state": 2e-5})
 MUON_TORCH_BF16 = Tol({"update": 0.06, "state": 1e-12}, {"update": 0.06, "state": 2e-5},
                       by_problem={"mlp": {"update": 0.25}, "gpt": {"update": 0.25}})
+SOAP_ROUNDING = Tol({"params": 1e-6, "state": 1e-6}, {"params": 2e-5, "state": 2e-5})
+SHAMPOO_ROUNDING = Tol({"params": 1e-6, "state": 1e-4}, {"params": 2e-5, "state": 2e-5})
+#: the drift SOAP's and Shampoo's golden files allow when refopt replays them (GoldenCase.tolerance): one ulp of the
+#: gradients moves 5 steps of the quadratic by up to 8.1e-9 (Shampoo) and 1.8e-9 (SOAP), which another BLAS can do
+ROUNDING_GOLDEN = 1e-6
 
 
 @dataclass(frozen=True)
@@ -91,7 +113,8 @@ class Preset:
     ``factory(params, **kwargs)`` building the optimizer where ``<package>.<ctor>(params, **kwargs)`` does not run
     (NorMuon's ``use_muon`` parameter groups), None for the class itself;
     problems: the problems on which the row is meaningful (None = all), and ``problems_why`` the reason
-    (e.g. a wrong preset that coincides with the right one on some shapes);
+    (e.g. a wrong preset that coincides with the right one on some shapes); dtypes: likewise the dtypes
+    ('float64', 'float32'; None = both), ``dtypes_why`` the reason;
     why: the convention facts the preset relies on.
     """
 
@@ -111,6 +134,8 @@ class Preset:
     problems: tuple[str, ...] | None = None
     problems_why: str = ""
     factory: Callable | None = None
+    dtypes: tuple[str, ...] | None = None
+    dtypes_why: str = ""
 
     def describe_peer(self) -> str:
         ctor, kw = self.peer_call

@@ -371,7 +371,8 @@ def _leaf_groups(rule, bad) -> str | None:
             return (f"only the matrices (ndim >= 2) differ, the vectors agree [{r['problem']}]: an option applied "
                     f"per group of leaves, or a formula that acts on matrices only" + (f" -- the step: {steps}" if steps
                                                                                        else ""))
-        return f"only some leaves differ [{r['problem']}]: {', '.join(dpaths)}"
+        return (f"only some leaves differ [{r['problem']}]: {', '.join(dpaths)}"
+                + (f" -- the step: {steps}" if steps else ""))
     return None
 
 

@@ -15,10 +15,11 @@ Tolerances (:class:`Tol`, their tiers and the measurements behind them): :mod:`r
 from __future__ import annotations
 
 from refopt.conventions import registry
-from refopt.conventions._spec import EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, PEERS, ALL_PEERS, Preset, Tol
+from refopt.conventions._spec import (ALL_PEERS, EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, PEERS,
+                                      SHAMPOO_ROUNDING, SOAP_ROUNDING, Preset, Tol)
 
 __all__ = ["PRESETS", "MISCONFIGURED", "KNOWN_GAPS", "Preset", "Tol", "EXACT", "MUON_OPTAX", "MUON_TORCH_BF16",
-           "OPTAX_F32_WARMUP", "PEERS", "ALL_PEERS", "FAMILIES", "select"]
+           "OPTAX_F32_WARMUP", "SOAP_ROUNDING", "SHAMPOO_ROUNDING", "PEERS", "ALL_PEERS", "FAMILIES", "select"]
 
 #: the checked peer calls of every conventions file, torch's first, then optax's, schedulefree's and the torch
 #: packages'

@@ -318,6 +318,8 @@ def run_preset(preset: Preset, problem: str = "stream", steps: int = 50, dtype: 
         return Result(**base, status="gap", message=preset.gap or "")
     if preset.problems is not None and problem not in preset.problems:
         return Result(**base, status="skip", message=f"not meaningful on {problem}: {preset.problems_why}")
+    if preset.dtypes is not None and dtype not in preset.dtypes:
+        return Result(**base, status="skip", message=f"not meaningful in {dtype}: {preset.dtypes_why}")
     ok, why = peers.available(preset.peer)
     if not ok:
         return Result(**base, status="skip", message=why)

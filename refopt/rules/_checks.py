@@ -30,6 +30,14 @@ def nonnegative_int(name: str, value) -> None:
         raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
 
 
+def positive_int(name: str, value) -> int:
+    """An integer >= 1 (a Python or numpy integer, not a bool), returned as a Python int (rules are stored as
+    JSON in checkpoints)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
 def unit_interval(name: str, value) -> None:
     """value in [0, 1)."""
     v = finite_number(name, value)
