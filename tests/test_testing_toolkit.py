@@ -96,6 +96,8 @@ RULES = [
     refopt.SOAP(lr=0.01, eps=1e-12, precondition_frequency=2),   # degree 0 in g; rotations mix the entries
     refopt.Shampoo(lr=0.01, eps=1e-12),   # matrix roots: degree 0 in g, rotations followed
     refopt.Shampoo(lr=0.01, momentum=0.5, eps=1e-12),   # momentum mixes g and a degree-0 update: not scale invariant
+    refopt.Scion(lr=0.01, msign="svd"),   # msign and d / RMS(d): degree 0 in g; msign follows rotations
+    refopt.Scion(lr=0.01, lmo="sign", constraint=True, scale=2.0),   # sign(d) / fan_in: elementwise
     refopt.Prodigy(d0=1e-3, weight_decay=0.1, decoupled=False),   # L2: not scale invariant
     refopt.Mechanic(refopt.Adam(lr=0.01), eps=1e-3),   # eps in |h| + eps: not scale invariant
 ]

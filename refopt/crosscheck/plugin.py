@@ -110,11 +110,12 @@ def tolerance_tiers(rule, framework: str, bf16_ns: bool | None = None) -> list[t
     from refopt.rules.muon import Muon
     from refopt.rules.normuon import NorMuon
     from refopt.rules.schedule_free import ScheduleFreeAdamW, ScheduleFreeSGD
+    from refopt.rules.scion import Scion
     from refopt.rules.shampoo import Shampoo
     from refopt.rules.soap import SOAP
 
     ns = any(isinstance(r, Muon) and r.msign == "newton_schulz" for r in _walk(rule))
-    nor = any(isinstance(r, NorMuon) and r.msign == "newton_schulz" for r in _walk(rule))
+    nor = any(isinstance(r, (NorMuon, Scion)) and r.msign == "newton_schulz" for r in _walk(rule))
     tiers = [("reassociation (Newton-Schulz matmuls)", MUON_OPTAX)] if ns else [("exact", EXACT)]
     if (ns or nor) and (framework == "torch" if bf16_ns is None else bf16_ns):
         tiers.append(("bfloat16 Newton-Schulz", MUON_TORCH_BF16))
@@ -147,8 +148,9 @@ def _float64_only(rule, dtype: str) -> None:
 
 
 def bf16_newton_schulz(adapter) -> bool:
-    """True when ``adapter`` builds a torch.optim.Muon (or a subclass; through a factory or a partial too) or a
-    pytorch_optimizer.NorMuon whose ``_orthogonalize`` is the package's, whose Newton-Schulz is bfloat16: only
+    """True when ``adapter`` builds a torch.optim.Muon (or a subclass; through a factory or a partial too), a
+    pytorch_optimizer.NorMuon whose ``_orthogonalize`` is the package's or a pytorch_optimizer.SCION itself (not a
+    subclass), whose Newton-Schulz is bfloat16: only
     then is the 6 % update tolerance of MUON_TORCH_BF16 acceptable (a user's own torch Muon is judged as any
     implementation, so that a 2.5 % lr error cannot pass). Decided on an optimizer the adapter builds for a
     probe matrix."""
@@ -168,7 +170,10 @@ def bf16_newton_schulz(adapter) -> bool:
     if muon is not None and isinstance(opt, muon):
         return True
     normuon = getattr(sys.modules.get("pytorch_optimizer"), "NorMuon", None)   # imported by the factory if used
-    return normuon is not None and isinstance(opt, normuon) and type(opt)._orthogonalize is normuon._orthogonalize
+    if normuon is not None and isinstance(opt, normuon) and type(opt)._orthogonalize is normuon._orthogonalize:
+        return True
+    scion = getattr(sys.modules.get("pytorch_optimizer"), "SCION", None)
+    return scion is not None and type(opt) is scion     # the package's own step (not a subclass's)
 
 
 def _matrix_only(rule) -> bool:
