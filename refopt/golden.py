@@ -386,7 +386,10 @@ def check_file(path: str, against: str = "refopt"):
         ok, why = peer_mod.available(against)
         if not ok:
             return Result(**base, status="skip", message=why)
-        replay = peer_trajectory(preset, g.leaves0(), g.grads(), np.dtype(m["dtype"]).type)
+        from refopt.testing.adapters import reads_names
+
+        replay = peer_trajectory(preset, g.leaves0(), g.grads(), np.dtype(m["dtype"]).type,
+                                 paths if reads_names(preset.factory) else None)
         tol = preset.tol.for_dtype(m["dtype"], m["problem"])
         base["preset"] = f"{m['case']} ~ {preset.name}"
         # compare the peer's state only on the fields both sides have

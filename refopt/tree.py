@@ -14,6 +14,7 @@ Conventions
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -179,6 +180,67 @@ def unflatten(treedef: TreeDef, leaves_: list) -> Any:
 
 
 _SENTINEL = object()
+
+
+_PATH_PART = re.compile(r"(\.?)([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[('(?:[^'\\]|\\.)*')\]")
+
+
+def _path_keys(path: str) -> list:
+    """The dict keys (str) and sequence indices (int) of a path as :func:`flatten` writes it."""
+    import ast
+
+    keys, pos = [], 0
+    while pos < len(path):
+        m = _PATH_PART.match(path, pos)
+        if m is None or (m.group(2) is not None and bool(m.group(1)) != (pos > 0)):
+            raise ValueError(f"cannot read the tree path {path!r}")
+        dot, name, index, quoted = m.groups()
+        keys.append(name if name is not None else int(index) if index is not None else ast.literal_eval(quoted))
+        pos = m.end()
+    if not keys:
+        raise ValueError(f"cannot read the tree path {path!r}")
+    return keys
+
+
+def from_paths(paths: list[str], leaves_: list) -> Any:
+    """The tree of dicts and lists that holds ``leaves_[i]`` at ``paths[i]`` (paths as :func:`flatten` writes
+    them, e.g. ``blocks[0].attn.w_q``, in any order; the indices of each list 0, 1, ... without a gap): the
+    inverse of flattening a tree of dicts and lists, up to the order (its dicts flatten in sorted key order,
+    whatever the order of ``paths``). Raises ValueError for a path it cannot read or paths that do not nest."""
+    if len(paths) != len(leaves_):
+        raise ValueError(f"{len(paths)} paths for {len(leaves_)} leaves")
+    if list(paths) == [ROOT]:
+        return leaves_[0]
+    inner: dict = {}            # every container as a dict first (str keys: a dict; int keys: a list)
+    nodes = set()
+    for path, leaf in zip(paths, leaves_):
+        keys = _path_keys(path)
+        node = inner
+        for i, k in enumerate(keys):
+            last = i == len(keys) - 1
+            if k in node and (last or id(node[k]) not in nodes):
+                raise ValueError(f"the tree paths do not nest at {path!r}")
+            if last:
+                node[k] = leaf
+            else:
+                child = node.setdefault(k, {})
+                nodes.add(id(child))
+                node = child
+
+    def build(node, where):
+        if id(node) not in nodes and node is not inner:
+            return node
+        kinds = {type(k) for k in node}
+        if len(kinds) > 1:
+            raise ValueError(f"the tree paths do not nest: {where or 'the root'} has both names and indices")
+        if kinds == {int}:
+            if sorted(node) != list(range(len(node))):
+                raise ValueError(f"the tree paths do not nest: the indices of {where or 'the root'} are "
+                                 f"{sorted(node)}, not 0 .. {len(node) - 1}")
+            return [build(node[k], f"{where}[{k}]") for k in range(len(node))]
+        return {k: build(v, _key_path(where, k).lstrip(".")) for k, v in node.items()}
+
+    return build(inner, "")
 
 
 def tree_map(f: Callable, tree: Any, *rest: Any, is_leaf: Callable[[Any], bool] | None = None) -> Any:

@@ -150,7 +150,9 @@ def test_committed_golden_files_verify_and_refopt_still_matches_them():
     assert covered == {c.name for c in golden.catalog()}      # every catalog case is guarded
 
 
-@pytest.mark.parametrize("peer,module", [("torch", "torch"), ("optax", "optax"), ("schedulefree", "schedulefree")])
+@pytest.mark.parametrize("peer,module", [("torch", "torch"), ("optax", "optax"), ("schedulefree", "schedulefree"),
+                                         ("pytorch_optimizer", "pytorch_optimizer"), ("prodigyopt", "prodigyopt"),
+                                         ("dadaptation", "dadaptation")])
 def test_committed_golden_files_replay_in_the_peers(peer, module):
     pytest.importorskip(module, reason=f"peer {peer} not installed")
     results = golden.check(COMMITTED, peer)

@@ -195,3 +195,42 @@ def test_copy_and_zeros_like():
     np.testing.assert_array_equal(c["x"][0], a["x"][0])
     z = T.zeros_like(a)
     assert z["x"][0].dtype == np.float64 and not z["x"][0].any()
+
+
+def test_from_paths_rebuilds_a_tree_of_dicts_and_lists():
+    tree = {"layers": [{"w": np.ones((2, 3)), "b": np.zeros(3)}, {"w": np.ones((3, 1))}], "x y": np.ones(1),
+            "wte": np.ones((4, 2))}
+    leaves, paths, _ = T.flatten(tree)
+    back = T.from_paths(paths, leaves)
+    assert T.flatten(back)[1] == paths and all(a is b for a, b in zip(T.flatten(back)[0], leaves))
+    # paths in any order: the dicts flatten in sorted order whatever the order given
+    assert T.flatten(T.from_paths(paths[::-1], leaves[::-1]))[1] == paths
+    assert T.from_paths([T.ROOT], [leaves[0]]) is leaves[0]
+    assert T.flatten(T.from_paths(["[0]", "[1]"], [1, 2]))[1] == ["[0]", "[1]"]
+
+
+@pytest.mark.parametrize("paths, match", [
+    (["a", "a"], "do not nest at 'a'"), (["a", "a.b"], "do not nest at 'a.b'"), (["a.b", "a"], "do not nest at 'a'"),
+    ([".a"], "cannot read"), (["a..b"], "cannot read"), (["a[x]"], "cannot read"), (["[1]"], "indices of the root"),
+    (["a", "[0]"], "names and indices"), (["a[0]", "a[2]"], "indices of a are \\[0, 2\\]")])
+def test_from_paths_refuses_paths_that_name_no_tree(paths, match):
+    with pytest.raises(ValueError, match=match):
+        T.from_paths(paths, [np.ones(1)] * len(paths))
+
+
+def test_named_adapter_keeps_the_callers_order():
+    """The stream's leaves w, v, b, tiny flatten as b, tiny, v, w in a dict: Named hands the rule that tree and
+    gives back lists (params and state) in the caller's order; a rule that reads names sees them."""
+    import refopt
+    from refopt.testing.adapters import Named, RuleAdapter
+    paths = ["w", "v", "b", "tiny"]
+    xs = [np.full((2, 2), 1.0), np.full((3,), 2.0), np.full((4,), 3.0), np.full((1,), 4.0)]
+    gs = [np.full_like(x, k + 1.0) for k, x in enumerate(xs)]
+    seen = set()
+    rule = refopt.AdamMini(lr=0.1, decay_mask=lambda p, x: seen.add(p) or True)
+    a = Named(RuleAdapter(rule), paths)
+    new, s = a.step(a.init(xs), xs, gs)
+    want, _ = refopt.update(rule, refopt.init(rule, dict(zip(paths, xs))), dict(zip(paths, xs)), dict(zip(paths, gs)))
+    assert [x.shape for x in new] == [x.shape for x in xs] and all(np.array_equal(new[i], want[p])
+                                                                   for i, p in enumerate(paths))
+    assert [m.shape for m in a.state_arrays(s)["m"]] == [x.shape for x in xs] and seen == set(paths)

@@ -176,7 +176,8 @@ class PeerMapping:
     arithmetic (``foreach``, ``fused``); state: ``{refopt state field: peer state key}``, or a function of the
     arguments giving it; layout: 'same' or 'transpose' (torch's (out, in) matrices); matrix_only: the rule
     takes matrices only; tol: the tolerance tier of the reproduction; family: the cross-check's rule family;
-    match: ``rule -> arguments or None``, the reverse (which call of this peer reproduces a given rule)."""
+    match: ``rule -> arguments or None``, the reverse (which call of this peer reproduces a given rule); factory:
+    a torch package's ``factory(params, **kwargs)`` where the class alone does not run (as :class:`Preset`'s)."""
 
     peer: str
     adapter: str
@@ -192,6 +193,7 @@ class PeerMapping:
     matrix_only: bool = False
     tol: Tol = EXACT
     match: Callable[[Any], dict | None] | None = None
+    factory: Callable | None = None
 
     def arguments(self, kwargs: dict) -> dict:
         """``kwargs`` checked against the peer's signature, with the peer's defaults filled in. Raises
@@ -234,7 +236,7 @@ class PeerMapping:
         row's :class:`Preset` fields (family, state, tol, problems, expect_fail, make_rule, ...)."""
         self.arguments(kwargs)
         row = dict(family=self.family, make_rule=lambda: self.rule(**kwargs), state=self.state_map(kwargs),
-                   layout=self.layout, matrix_only=self.matrix_only, tol=self.tol)
+                   layout=self.layout, matrix_only=self.matrix_only, tol=self.tol, factory=self.factory)
         row.update(fields)
         family, make_rule = row.pop("family"), row.pop("make_rule")
         return Preset(name, self.adapter, family, (self.ctor, {**kwargs, **(adapter_options or {})}), make_rule,
@@ -298,6 +300,16 @@ class CliName:
 
 #: ``PeerMapping.refuse`` entries several peers share: ``maximize=True``, a mask selecting the decayed
 #: arrays, a schedule where refopt takes a constant.
+def is_number(v) -> bool:
+    """A real number (Python or numpy int or float), not a bool: the ``refuse`` predicates' test."""
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def is_positive_int(v) -> bool:
+    """A Python or numpy int > 0, not a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v > 0
+
+
 NO_MAXIMIZE = (lambda v: not v, "refopt minimises; feed -g to maximise")
 NO_MASK = (lambda v: v is None, "give the decayed and undecayed arrays their own rules with refopt.Partition")
 NO_DTYPE = (lambda v: v is None, "refopt keeps the state in the params' dtype")
@@ -358,6 +370,7 @@ class Oracle(Adapter):
     ``glob`` state in ``self.init_glob()`` / ``self.next_glob(t, glob)``."""
 
     framework = "numpy"
+    named = True
 
     def __init__(self, rule, name: str | None = None, **switches):
         self.rule, self.switches = rule, switches

@@ -178,7 +178,7 @@ PYTORCH_OPTIMIZER = PeerMapping(
                           "the others as their (a, b, c) rows"),
             "eps": (lambda v: v > 0, "refopt's NorMuon needs eps > 0 (a zero update divides 0 by 0 otherwise)"),
             "adamw_betas": BETAS2, "maximize": NO_MAXIMIZE},
-    state={"m": "momentum_buffer", "v": "second_momentum_buffer"}, layout="transpose", match=_match)
+    state={"m": "momentum_buffer", "v": "second_momentum_buffer"}, layout="transpose", match=_match, factory=pytorch_optimizer_normuon)
 
 
 def atlas_normuon():

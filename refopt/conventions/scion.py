@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refopt.conventions._spec import (NO_MAXIMIZE, Conventions, Example, Oracle, PeerMapping, Preset, gamma, scalar)
+from refopt.conventions._spec import (NO_MAXIMIZE, Conventions, Example, Oracle, PeerMapping, Preset, gamma, is_number,
+                                      scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.scion import Scion
 
@@ -127,10 +128,6 @@ def pytorch_optimizer_scion(params, newton_schulz_dtype: str = "params", **kwarg
     return SCIONParamsDtype(params, **kwargs)
 
 
-def _number(v):
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-
-
 def _pytorch_optimizer(lr, momentum, constraint, norm_type, norm_kwargs, scale, weight_decay, weight_decouple):
     kw = dict(norm_kwargs or {})
     lmo = _NORMS[int(norm_type)]
@@ -175,11 +172,11 @@ PYTORCH_OPTIMIZER = PeerMapping(
             "norm_kwargs": (lambda v: v is None or isinstance(v, dict), "norm_kwargs must be a dict or None"),
             "weight_decouple": (lambda v: v is True, "weight_decouple=False adds L2 to the gradient; refopt's Scion "
                                                      "decays decoupled"),
-            "momentum": (lambda v: _number(v) and 0 < v <= 1, "momentum must be a number in (0, 1]"),
-            "scale": (lambda v: _number(v) and v > 0, "scale must be a number > 0"),
+            "momentum": (lambda v: is_number(v) and 0 < v <= 1, "momentum must be a number in (0, 1]"),
+            "scale": (lambda v: is_number(v) and v > 0, "scale must be a number > 0"),
             "constraint": (lambda v: isinstance(v, bool), "constraint must be True or False"),
             "maximize": NO_MAXIMIZE},
-    state={"d": "d"}, layout="transpose", match=_match)
+    state={"d": "d"}, layout="transpose", match=_match, factory=pytorch_optimizer_scion)
 
 _F = dict(factory=pytorch_optimizer_scion)
 _KW = dict(lr=0.02, momentum=0.3, scale=2.0, weight_decay=0.1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from refopt.conventions._spec import (NO_MAXIMIZE, ROUNDING_GOLDEN, SHAMPOO_ROUNDING, CliName, Conventions, Example,
-                                      Oracle, PeerMapping, Preset, gamma, scalar)
+                                      Oracle, PeerMapping, Preset, gamma, is_number, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.shampoo import Shampoo
 
@@ -95,10 +95,6 @@ def facts(rule, of):
 
 
 # ---- pytorch_optimizer -----------------------------------------------------------------------------------
-def _number(v):
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-
-
 def _pytorch_optimizer(lr, momentum, weight_decay, weight_decouple, fixed_decay, preconditioning_compute_steps,
                        matrix_eps):
     return Shampoo(lr=lr, momentum=momentum, eps=matrix_eps, weight_decay=weight_decay, decoupled=weight_decouple,
@@ -124,11 +120,11 @@ PYTORCH_OPTIMIZER = PeerMapping(
                                               "f + 1, ..."),
             "fixed_decay": (lambda v: v is False, "fixed_decay=True decays by weight_decay without lr; refopt's "
                                                   "Shampoo decays by lr weight_decay"),
-            "momentum": (lambda v: _number(v) and 0.0 <= v < 1.0, "momentum must be a number in [0, 1)"),
-            "matrix_eps": (lambda v: _number(v) and v > 0, "refopt's Shampoo needs a number matrix_eps > 0 (the "
+            "momentum": (lambda v: is_number(v) and 0.0 <= v < 1.0, "momentum must be a number in [0, 1)"),
+            "matrix_eps": (lambda v: is_number(v) and v > 0, "refopt's Shampoo needs a number matrix_eps > 0 (the "
                                                            "statistics' start eps I)"),
-            "lr": (lambda v: _number(v) and v >= 0, "lr must be a number >= 0"),
-            "weight_decay": (lambda v: _number(v) and v >= 0, "weight_decay must be a number >= 0"),
+            "lr": (lambda v: is_number(v) and v >= 0, "lr must be a number >= 0"),
+            "weight_decay": (lambda v: is_number(v) and v >= 0, "weight_decay must be a number >= 0"),
             "weight_decouple": (lambda v: isinstance(v, bool), "weight_decouple must be True or False"),
             "maximize": NO_MAXIMIZE},
     state={"b": "momentum_buffer"}, layout="transpose", tol=SHAMPOO_ROUNDING, match=_match)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from refopt.conventions._spec import (BETAS2, NO_MAXIMIZE, ROUNDING_GOLDEN, SOAP_ROUNDING, CliName, Conventions,
-                                      Example, Oracle, PeerMapping, Preset, counted, gamma, scalar)
+                                      Example, Oracle, PeerMapping, Preset, counted, gamma, is_number, scalar)
 from refopt.golden import GoldenCase
 from refopt.linalg.eigen import CLUSTER_ULPS, complete_basis, eigh_descending
 from refopt.rules.soap import SOAP, soap_axes
@@ -211,10 +211,6 @@ def _match(rule):
                 correct_bias=rule.bias_correction, eps=rule.eps)
 
 
-def _number(v):
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-
-
 def _int_at_least_1(v):
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= 1
 
@@ -233,18 +229,18 @@ PYTORCH_OPTIMIZER = PeerMapping(
             "data_format": (lambda v: v == "channels_first", "data_format other than 'channels_first' permutes 4-D "
                                                              "arrays before merging; refopt's SOAP takes the axes as "
                                                              "they are"),
-            "eps": (lambda v: _number(v) and v > 0, "refopt's SOAP needs a number eps > 0 (a zero second moment "
+            "eps": (lambda v: is_number(v) and v > 0, "refopt's SOAP needs a number eps > 0 (a zero second moment "
                                                     "divides 0 by 0 otherwise)"),
-            "lr": (lambda v: _number(v) and v >= 0, "lr must be a number >= 0"),
-            "weight_decay": (lambda v: _number(v) and v >= 0, "weight_decay must be a number >= 0"),
-            "shampoo_beta": (lambda v: v is None or (_number(v) and 0 <= v < 1), "shampoo_beta must be None or in "
+            "lr": (lambda v: is_number(v) and v >= 0, "lr must be a number >= 0"),
+            "weight_decay": (lambda v: is_number(v) and v >= 0, "weight_decay must be a number >= 0"),
+            "shampoo_beta": (lambda v: v is None or (is_number(v) and 0 <= v < 1), "shampoo_beta must be None or in "
                                                                                  "[0, 1)"),
             "precondition_1d": (lambda v: isinstance(v, bool), "precondition_1d must be True or False"),
             "correct_bias": (lambda v: isinstance(v, bool), "correct_bias must be True or False"),
             "precondition_frequency": (_int_at_least_1, "precondition_frequency must be an int >= 1"),
             "max_precondition_dim": (_int_at_least_1, "max_precondition_dim must be an int >= 1"),
             "betas": BETAS2, "maximize": NO_MAXIMIZE},
-    state={"m": "exp_avg", "v": "exp_avg_sq"}, layout="transpose", tol=SOAP_ROUNDING, match=_match)
+    state={"m": "exp_avg", "v": "exp_avg_sq"}, layout="transpose", tol=SOAP_ROUNDING, match=_match, factory=pytorch_optimizer_soap)
 
 
 def _atlas_soap_figures(refopt_basis, shipped):

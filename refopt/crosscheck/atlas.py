@@ -85,7 +85,8 @@ class Entry:
     """One divergence: name (the CLI's id), title, sides, pairs (the figures), ``follows`` (one line:
     which side follows the paper or the original author's code), reference, problem options, and
     ``extra`` (ctx -> list of Figure) for measurements that are not trajectories (e.g. a schedule's
-    values)."""
+    values); ``named``: the sides pick their rule by parameter name, so every side runs on the problem's named
+    tree."""
 
     name: str
     title: str
@@ -98,6 +99,7 @@ class Entry:
     leaves: Callable | None = None            # () -> (paths, leaves0, grads) replacing the problem
     extra: Callable | None = None             # () -> list[Figure]
     extra_peers: tuple = ()
+    named: bool = False
 
     @property
     def peers(self) -> tuple:

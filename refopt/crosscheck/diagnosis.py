@@ -121,7 +121,8 @@ def _distance(v, r, metric: str) -> np.ndarray:
     try:
         with warnings.catch_warnings():   # e.g. a Partition variant with one group empty on a problem
             warnings.simplefilter("ignore")
-            vr, _ = trajectory(v.make(), r["prob"].leaves, r["grads"], state="all" if r.get("state_only") else None)
+            vr, _ = trajectory(v.make(), r["prob"].leaves, r["grads"], state="all" if r.get("state_only") else None,
+                               paths=r.get("names"))
     except Exception as e:  # noqa: BLE001 - reported in Ranking.not_run (and by --debug), not swallowed
         raise _NotRun(r["prob"].name, f"{type(e).__name__}: {e}") from None
     with np.errstate(all="ignore"):     # a variant that runs into a NaN or inf is far (inf), not a warning

@@ -112,22 +112,23 @@ class EntryResult:
 
 
 # ---------------------------------------------------------------------------------------------------
-def _run(obj, leaves0, grads, observe: str = "params", key: str | None = None) -> Trajectory:
+def _run(obj, leaves0, grads, observe: str = "params", key: str | None = None, paths=None) -> Trajectory:
     """The trajectory of ``obj`` (a refopt rule or an Adapter) on ``grads``: its params, or (``observe``) its
-    state entry ``key`` (default: ``observe``) as the params."""
+    state entry ``key`` (default: ``observe``) as the params; ``paths``: the leaf names where the sides pick
+    their rule by name (:func:`refopt.crosscheck.run.trajectory`)."""
     from refopt.core import Rule
     from refopt.testing.adapters import RuleAdapter
 
     adapter = RuleAdapter(obj) if isinstance(obj, Rule) else obj
     if observe == "params":
-        return trajectory(adapter, leaves0, grads)[0]
-    traj, _ = trajectory(adapter, leaves0, grads, state={observe: key or observe})
+        return trajectory(adapter, leaves0, grads, paths=paths)[0]
+    traj, _ = trajectory(adapter, leaves0, grads, state={observe: key or observe}, paths=paths)
     return Trajectory(params=[s[observe] for s in traj.state])
 
 
-def _run_peer(side: Side, leaves0, grads) -> Trajectory:
+def _run_peer(side: Side, leaves0, grads, paths=None) -> Trajectory:
     adapter = side.make_peer() if side.make_peer is not None else peers.preset_adapter(side.preset)
-    return _run(adapter, leaves0, grads, side.observe, side.preset.state.get(side.observe))
+    return _run(adapter, leaves0, grads, side.observe, side.preset.state.get(side.observe), paths)
 
 
 def _figures(a: Trajectory, b: Trajectory, leaves0, paths) -> dict:
@@ -166,14 +167,15 @@ def run_entry(entry: Entry) -> EntryResult:
         res.status, res.reason = "skipped", "; ".join(missing)
         return res
     paths, leaves0, grads = _problem(entry)
+    names = paths if entry.named else None
     trajs, ok_all = {}, True
     for side in entry.sides:
-        ref = _run(side.make_refopt(), leaves0, grads, side.observe)
+        ref = _run(side.make_refopt(), leaves0, grads, side.observe, paths=names)
         if side.restated:
-            other = _run(side.oracle(), leaves0, grads) if side.oracle else None
+            other = _run(side.oracle(), leaves0, grads, paths=names) if side.oracle else None
             checked = "an independent restatement of its equations" if side.oracle else ""
         else:
-            other = _run_peer(side, leaves0, grads)
+            other = _run_peer(side, leaves0, grads, names)
             checked = f"{side.peer} {vers.get(side.peer)}"
         if other is not None:
             figs = _figures(other, ref, leaves0, paths)

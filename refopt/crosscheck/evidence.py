@@ -203,9 +203,9 @@ def gather(rule, runs: list) -> Evidence:
     agree (bool), grads (the gradients of every step). The lead is the most specific finding, in this order:
     a decay term in the difference, a state field off by a constant factor (it says where a constant update
     ratio comes from), a scale that is a function of the shape, a constant
-    or named pattern of the update ratio, one group of leaves,
-    the state fields that differ, the step's final formula (the state agrees, the direction does not), the
-    rule's per-step factors (the ratio varies with t)."""
+    or named pattern of the update ratio, one group of leaves, differences no larger than float32's rounding in a
+    float64 run, the state fields that differ, the step's final formula (the state agrees, the direction does not),
+    the rule's per-step factors (the ratio varies with t)."""
     ev = Evidence()
     bad = [r for r in runs if not r["agree"]]
     if not bad:
@@ -238,6 +238,10 @@ def gather(rule, runs: list) -> Evidence:
         leads["state"] = (f"the update of the state {', '.join(differ)} differs ({'; '.join(f'{f} from step {fields[f][1]}' for f in differ)}) "
                           f"while {', '.join(agree)} agree{'s' if len(agree) == 1 else ''} at every step: "
                           f"{'its' if len(differ) == 1 else 'their'} update differs ({_INPUTS})")
+    f32 = float32_rounding(bad)
+    if f32:
+        ev.lines.append(f32)
+        leads["float32"] = f32
     ratio = _state_ratio(bad, differ, rule)
     if ratio:
         ev.lines.append(ratio)
@@ -269,7 +273,7 @@ def gather(rule, runs: list) -> Evidence:
             leads["per_step"] = ("your update is refopt's times a factor that changes from step to step (the updates "
                                  "are parallel): one of the rule's per-step factors differs -- "
                                  + ("; ".join(per) if per else "a per-step scale"))
-    for key in ("decay", "state_ratio", "shape_scale", "shape", "group", "state", "final", "per_step"):
+    for key in ("decay", "state_ratio", "shape_scale", "shape", "group", "float32", "state", "final", "per_step"):
         if key in leads:
             ev.lead = leads[key]
             break
@@ -317,6 +321,27 @@ def _state(bad) -> tuple[str, dict]:
     return "state: " + "; ".join(parts), fields
 
 
+#: the float32 cross-check's own bound (EXACT's float32 params): differences of float32 rounding over 50 steps
+FLOAT32_ROUNDING = 2e-5
+
+
+def float32_rounding(bad) -> str | None:
+    """float64 runs whose params differ at every problem by more than float64's rounding but no more than
+    float32's: the implementation may round to float32 somewhere (a cast of the gradient, a float32 state), or
+    a small term differs."""
+    worst = []
+    for r in bad:
+        if not all(np.asarray(x).dtype == np.float64 for x in r["leaves"]):
+            return None
+        worst.append(float(np.max(r["prel"], initial=0.0)))
+    if worst and max(worst) <= FLOAT32_ROUNDING and min(worst) > 1e-10:
+        return (f"the params differ by {min(worst):.2g} to {max(worst):.2g} (relative) in a float64 run, no more than "
+                f"float32's rounding (2^-24 = 6e-8 per operation): if the implementation computes or keeps anything "
+                f"in float32 (a cast of the gradient, a float32 state or scalar), that is the difference; else look "
+                f"for a small term (eps, a tiny decay)")
+    return None
+
+
 def _state_ratio(bad, differ, rule) -> str | None:
     """A differing state field that is a constant multiple of refopt's at every step and leaf."""
     for f in differ:
@@ -341,6 +366,8 @@ def _state_ratio(bad, differ, rule) -> str | None:
                 break
         if cs:
             c0 = float(np.median(cs))
+            if f"{c0:.6g}" == "1":      # equal to rounding: not a scale (float32_rounding names it)
+                continue
             if c0 != 0 and np.all(np.abs(np.array(cs) / c0 - 1) <= PATTERN):
                 return (f"the state {f} is {c0:.6g} x refopt's at every step and leaf{_named_constant(c0, rule)}: "
                         f"the same recursion with its input or its coefficient scaled by that factor")
@@ -496,6 +523,9 @@ def _shape(rule, bad) -> tuple[str, str | None, str] | None:
     if 2 * len(par) >= len(series):
         cs = np.concatenate([c[np.isfinite(c)] for c, _ in par])
         c0 = float(np.median(cs))
+        if f"{c0:.6g}" == "1":      # parallel and equal to rounding: no scale to name (float32_rounding may)
+            return (f"the updates are parallel (cosine 1){where} and equal to 6 digits (c_t = 1): no lr or scale "
+                    f"differs", None, "constant")
         if c0 != 0 and np.all(np.abs(cs / c0 - 1) <= PATTERN):
             if abs(c0 + 1) <= PATTERN:
                 return (f"the updates are parallel{where} with c_t = -1 at every step: the opposite sign",

@@ -40,5 +40,5 @@ def preset_for(rule, peer: str) -> Preset | None:
         ctor, call = m.call(kw)
         return Preset(f"{peer}.{ctor} (matched by hyperparameters)", peer, m.family, (ctor, call), lambda r=rule: r,
                       "matched by hyperparameters (refopt.crosscheck.match)", layout=m.layout,
-                      matrix_only=m.matrix_only, state=m.state_map(kw), tol=m.tol)
+                      matrix_only=m.matrix_only, state=m.state_map(kw), tol=m.tol, factory=m.factory)
     return None

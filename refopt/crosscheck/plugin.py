@@ -46,7 +46,7 @@ from refopt.crosscheck.presets import (EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX
 from refopt.crosscheck.problems import PROBLEMS, make_problem
 from refopt.crosscheck.diagnosis import Diagnosis
 from refopt.crosscheck.run import Trajectory, entry_figures, figures, last_name, trajectory
-from refopt.testing.adapters import Adapter, RuleAdapter, make_adapter
+from refopt.testing.adapters import Adapter, RuleAdapter, make_adapter, reads_names
 
 __all__ = ["check_impl", "PluginResult", "ProblemResult", "Diagnosis", "tolerance_tiers", "bf16_newton_schulz",
            "DEFAULT_PROBLEMS", "select_names"]
@@ -426,8 +426,9 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
     results, runs = [], []
     for prob_name in problems:
         prob = make_problem(prob_name, DTYPES[dtype], seed, matrix_only=matrix_only)
-        ref, grads = trajectory(ref_adapter, prob.leaves, prob.grad, steps, state="all")
-        other, _ = trajectory(adapter, prob.leaves, grads, state="all")
+        names = prob.paths if reads_names(adapter) else None     # an optimizer that picks its rule by name
+        ref, grads = trajectory(ref_adapter, prob.leaves, prob.grad, steps, state="all", paths=names)
+        other, _ = trajectory(adapter, prob.leaves, grads, state="all", paths=names)
         fig = figures(ref, other, prob.leaves)
         prel, urel = fig.params_rel, fig.update_rel
         state = _state_match(ref, other, peer_names)
@@ -451,7 +452,7 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
                                      state, tier, first, gate=gate,
                                      nonfinite=None if tier is not None else _nonfinite(other, prob.paths)))
         runs.append(dict(prob=prob, problem=prob_name, grads=grads, ref=ref, other=other, prel=prel, urel=urel,
-                         paths=prob.paths, leaves=prob.leaves, tol=tol0, agree=tier is not None,
+                         paths=prob.paths, names=names, leaves=prob.leaves, tol=tol0, agree=tier is not None,
                          first=first[0] if first else None, state=srel, state_only=state_only))
     res = PluginResult(adapter.name, rule_text, adapter.framework, adapter.layout, dtype, steps, results)
     if res.agree or not diagnose or any(r.nonfinite for r in results):   # no variant explains a NaN

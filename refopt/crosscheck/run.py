@@ -49,8 +49,12 @@ class Trajectory:
     state: list = field(default_factory=list)
 
 
-def trajectory(adapter, leaves0, grads_or_fn, steps: int | None = None, state=None) -> tuple[Trajectory, list]:
+def trajectory(adapter, leaves0, grads_or_fn, steps: int | None = None, state=None,
+               paths=None) -> tuple[Trajectory, list]:
     """Step ``adapter`` (any :class:`~refopt.testing.adapters.Adapter`) from ``leaves0`` (a list of arrays).
+    ``paths`` (the problem's leaf names, given where the peer picks its rule by name, or None): an adapter that
+    can read names (``adapter.named``: refopt rules, oracles, torch optimizers) runs on the tree they name
+    (:class:`~refopt.testing.adapters.Named`); the others keep the documented lists.
 
     ``grads_or_fn``: a list of gradient lists (one per step) or a function (params, t) -> gradient list
     evaluated along this run's own params (t = 1 first); ``steps``: how many steps (default: one per
@@ -64,6 +68,10 @@ def trajectory(adapter, leaves0, grads_or_fn, steps: int | None = None, state=No
         steps = len(grads_or_fn)
     x = [np.array(a, copy=True) for a in leaves0]
     shapes = [a.shape for a in x]
+    if paths is not None and getattr(adapter, "named", False):
+        from refopt.testing.adapters import Named
+
+        adapter = Named(adapter, paths)
     s = adapter.init(x)
     traj, used = Trajectory(), []
     for t in range(1, steps + 1):
@@ -109,20 +117,20 @@ def state_entry(arrays: dict, key: str, shapes) -> list:
     raise KeyError(f"the state has no entry {key!r} with one array per params leaf (entries: {sorted(arrays)})")
 
 
-def refopt_trajectory(rule, leaves0, grads_or_fn, steps: int, fields=()) -> tuple[Trajectory, list]:
+def refopt_trajectory(rule, leaves0, grads_or_fn, steps: int, fields=(), paths=None) -> tuple[Trajectory, list]:
     """Run the refopt ``rule`` from ``leaves0`` (a list of arrays) for ``steps`` steps (:func:`trajectory`),
     recording the state ``fields`` (refopt's names, e.g. ``'m'``, ``'base.v'``). Returns (trajectory,
     the gradients used)."""
     from refopt.testing.adapters import RuleAdapter
 
-    return trajectory(RuleAdapter(rule), leaves0, grads_or_fn, steps, {f: f for f in fields} or None)
+    return trajectory(RuleAdapter(rule), leaves0, grads_or_fn, steps, {f: f for f in fields} or None, paths)
 
 
-def peer_trajectory(preset: Preset, leaves0, grads, dtype=None) -> Trajectory:
+def peer_trajectory(preset: Preset, leaves0, grads, dtype=None, paths=None) -> Trajectory:
     """Run the preset's peer (:func:`refopt.crosscheck.peers.preset_adapter`) from ``leaves0`` on the gradient
     lists ``grads``, recording its state entries under refopt's names (``preset.state``). The arrays'
     dtype is the run's (``dtype`` is accepted for the callers that name it)."""
-    return trajectory(peers.preset_adapter(preset), leaves0, grads, state=preset.state or None)[0]
+    return trajectory(peers.preset_adapter(preset), leaves0, grads, state=preset.state or None, paths=paths)[0]
 
 
 def _rel(diff: float, scale: float) -> float:
@@ -326,8 +334,11 @@ def run_preset(preset: Preset, problem: str = "stream", steps: int = 50, dtype: 
     prob = make_problem(problem, DTYPES[dtype], seed, matrix_only=preset.matrix_only)
     rule = preset.make_rule()
     base["rule"] = type(rule).__name__
-    ref, grads = refopt_trajectory(rule, prob.leaves, prob.grad, steps, tuple(preset.state))
-    peer = peer_trajectory(preset, prob.leaves, grads, DTYPES[dtype])
+    from refopt.testing.adapters import reads_names
+
+    names = prob.paths if reads_names(preset.factory) else None     # a peer that picks its rule by name
+    ref, grads = refopt_trajectory(rule, prob.leaves, prob.grad, steps, tuple(preset.state), names)
+    peer = peer_trajectory(preset, prob.leaves, grads, DTYPES[dtype], names)
     fig = compare(ref, peer, prob.leaves, prob.paths)
     bad = check(fig, tol)
     if preset.gap:

@@ -68,10 +68,10 @@ class Scion(Rule):
 
     Args:
       lr: >= 0 (1e-3); momentum: alpha in (0, 1] (0.1); scale: rho > 0 (1); constraint: the Frank-Wolfe step
-      (False: uScion); weight_decay: lambda >= 0, decoupled, only without constraint (0); lmo: one of
-      :data:`LMOS` ('auto'); spectral_scale: 'fan_ratio' | 'fan_out'; max_scale: bool; sign_normalize: bool;
-      eps: > 0, the RMS's (1e-8); msign, ns_coeffs, ns_steps, eps_mode, norm_eps: as :class:`refopt.Muon`
-      (defaults: pytorch_optimizer's Newton-Schulz); schedule: optional t -> gamma_t.
+        (False: uScion); weight_decay: lambda >= 0, decoupled, only without constraint (0); lmo: one of
+        :data:`LMOS` ('auto'); spectral_scale: 'fan_ratio' | 'fan_out'; max_scale: bool; sign_normalize: bool;
+        eps: > 0, the RMS's (1e-8); msign, ns_coeffs, ns_steps, eps_mode, norm_eps: as :class:`refopt.Muon`
+        (defaults: pytorch_optimizer's Newton-Schulz); schedule: optional t -> gamma_t.
 
     Presets: ``refopt.like("pytorch_optimizer.SCION", ...)`` (refopt/conventions/scion.py).
 

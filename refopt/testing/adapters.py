@@ -59,7 +59,7 @@ import numpy as np
 
 from refopt import tree as T
 
-__all__ = ["Adapter", "RuleAdapter", "TorchAdapter", "OptaxAdapter", "NumpyAdapter", "UserCodeError",
+__all__ = ["Adapter", "Named", "reads_names", "RuleAdapter", "TorchAdapter", "OptaxAdapter", "NumpyAdapter", "UserCodeError",
            "make_adapter", "load_impl", "to_layout", "from_layout", "PeerNotInstalled", "require"]
 
 LAYOUTS = ("refopt", "torch")
@@ -142,6 +142,9 @@ class Adapter:
     name: str = "adapter"
     framework: str = ""
     layout: str = "refopt"
+    #: True: the cross-check may hand it the problem's tree by its real leaf names (:class:`Named`) in place of
+    #: the list its documented contract gives user code
+    named: bool = False
 
     def init(self, params):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -167,6 +170,7 @@ class RuleAdapter(Adapter):
     """A refopt rule."""
 
     framework = "refopt"
+    named = True
 
     def __init__(self, rule):
         from refopt.core import Rule
@@ -193,6 +197,61 @@ class RuleAdapter(Adapter):
                 if isinstance(a, np.ndarray):     # any shape: NovoGrad's 0-d v, a factored moment's rows
                     out.setdefault(p, [None] * len(leaf_states))[i] = np.array(a)
         return out
+
+
+def reads_names(obj) -> bool:
+    """True when ``obj`` (a torch factory, or a :class:`TorchAdapter` of one) asks for named parameters
+    (``named_parameters = True``): the cross-check then runs both sides on the problem's named tree
+    (:class:`Named`)."""
+    return getattr(getattr(obj, "factory", obj), "named_parameters", False) is True
+
+
+class Named(Adapter):
+    """``inner`` run on the tree of dicts and lists that ``paths`` name (:func:`refopt.tree.from_paths`) while it
+    takes and returns lists of leaves in ``paths`` order: the cross-check's problems are such lists, and a rule
+    or an optimizer that reads parameter names (pytorch_optimizer's AdamMini, a Partition by name) then sees the
+    problem's real names (``blocks[0].attn.w_q``) in place of ``[i]``. State lists and everything else as
+    ``inner`` gives them, per leaf in ``paths`` order."""
+
+    def __init__(self, inner: Adapter, paths):
+        self.inner, self.paths = inner, list(paths)
+        self.order, _, self.td = T.flatten(T.from_paths(self.paths, list(range(len(self.paths)))))
+
+    def __getattr__(self, name):
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def _tree(self, xs):
+        xs = list(xs)
+        if len(xs) != len(self.paths):
+            raise ValueError(f"{len(xs)} leaves for the {len(self.paths)} paths {self.paths}")
+        return T.unflatten(self.td, [xs[i] for i in self.order])
+
+    def _list(self, leaves: list) -> list:
+        out = [None] * len(leaves)
+        for j, i in enumerate(self.order):
+            out[i] = leaves[j]
+        return out
+
+    def init(self, params):
+        return self.inner.init(self._tree(params))
+
+    def step(self, state, params, grads):
+        new, state = self.inner.step(state, self._tree(params), self._tree(grads))
+        return self._list(T.flatten_up_to(self.td, new, "params")), state
+
+    def state_arrays(self, state) -> dict:
+        return {k: self._list(v) for k, v in self.inner.state_arrays(state).items()}
+
+    def checkpoint(self, state):
+        return self.inner.checkpoint(state)
+
+    def restore(self, blob, params):
+        return self.inner.restore(blob, self._tree(params))
+
+    def __repr__(self):
+        return repr(self.inner)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -250,9 +309,13 @@ def _filled(cell) -> bool:
 
 
 class TorchAdapter(Adapter):
-    """A ``torch.optim.Optimizer`` subclass or a factory ``factory(params, **kwargs) -> optimizer``."""
+    """A ``torch.optim.Optimizer`` subclass or a factory ``factory(params, **kwargs) -> optimizer``. A factory with
+    the attribute ``named_parameters = True`` gets ``[(path, param), ...]`` (refopt's leaf paths, e.g.
+    ``blocks[0].attn.w_q``), as ``model.named_parameters()`` gives them, for optimizers that pick their rule
+    by parameter name."""
 
     framework = "torch"
+    named = True
 
     def __init__(self, factory: Callable, kwargs: dict | None = None, layout: str = "torch",
                  name: str | None = None):
@@ -262,8 +325,8 @@ class TorchAdapter(Adapter):
         self.name = name or getattr(factory, "__qualname__", repr(factory))
 
     def _leaves(self, params):
-        xs, _, td = T.flatten(params)
-        return xs, td
+        xs, paths, td = T.flatten(params)
+        return xs, paths, td
 
     @contextlib.contextmanager
     def _default_dtype(self, xs):
@@ -280,12 +343,13 @@ class TorchAdapter(Adapter):
         finally:
             torch.set_default_dtype(old)
 
-    def _build(self, xs):
+    def _build(self, xs, paths):
         torch = self.torch
         ps = [torch.nn.Parameter(torch.from_numpy(to_layout(np.asarray(x), self.layout))) for x in xs]
+        given = list(zip(paths, ps)) if reads_names(self.factory) else ps
         try:
             with self._default_dtype(xs):
-                opt = self.factory(ps, **self.kwargs)
+                opt = self.factory(given, **self.kwargs)
         except Exception as e:
             raise UserCodeError(f"{self.name}(params, **{self.kwargs})", e) from e
         if not isinstance(opt, torch.optim.Optimizer):
@@ -294,8 +358,8 @@ class TorchAdapter(Adapter):
         return _TorchState(opt, ps)
 
     def init(self, params):
-        xs, _ = self._leaves(params)
-        return self._build(xs)
+        xs, paths, _ = self._leaves(params)
+        return self._build(xs, paths)
 
     def step(self, state, params, grads):
         torch = self.torch
@@ -333,9 +397,10 @@ class TorchAdapter(Adapter):
                 if isinstance(v, self.torch.Tensor) and v.ndim > 0:
                     # any shape (Adafactor's row_var / col_var); an array with the param's ndim (the param's
                     # shape, or a keepdims reduction of it) is moved to refopt's layout like the param; a
-                    # flattened copy of the param's shape (prodigyopt's s and p0) is reshaped to it first
+                    # reshaped copy of the param's shape (prodigyopt's flat s and p0, pytorch_optimizer
+                    # AdamMini's per-head m) is reshaped to it first
                     a = v.detach().numpy()
-                    if v.ndim == 1 < p.ndim and v.numel() == p.numel():
+                    if v.numel() == p.numel() and tuple(v.shape) != tuple(p.shape):
                         a, v = a.reshape(tuple(p.shape)), p
                     out.setdefault(str(k), [None] * n)[i] = from_layout(a, self.layout) if v.ndim == p.ndim \
                         else np.array(a, copy=True)
@@ -345,8 +410,8 @@ class TorchAdapter(Adapter):
         return copy.deepcopy(state.opt.state_dict())
 
     def restore(self, blob, params):
-        xs, _ = self._leaves(params)
-        st = self._build(xs)
+        xs, paths, _ = self._leaves(params)
+        st = self._build(xs, paths)
         try:
             st.opt.load_state_dict(copy.deepcopy(blob))
         except Exception as e:
