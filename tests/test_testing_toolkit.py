@@ -100,6 +100,7 @@ RULES = [
     refopt.Scion(lr=0.01, lmo="sign", constraint=True, scale=2.0),   # sign(d) / fan_in: elementwise
     refopt.AdamMini(lr=0.01, weight_decay=0.1),   # one v per array: its mean square, kept by rotations and permutations
     refopt.AdamMini(lr=0.01, block="fan_out", eps=1e-12),   # v per output neuron: degree 0 in g, neither symmetry
+    refopt.PSGDKron(lr=0.01),   # a fit of finitely many steps from Q_0 = I and a clip: no invariance stated
     refopt.Prodigy(d0=1e-3, weight_decay=0.1, decoupled=False),   # L2: not scale invariant
     refopt.Mechanic(refopt.Adam(lr=0.01), eps=1e-3),   # eps in |h| + eps: not scale invariant
 ]

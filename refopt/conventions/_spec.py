@@ -66,7 +66,7 @@ from refopt.testing.adapters import Adapter
 #: the libraries every conventions file answers for (a mapping, or in ``no_peer`` the reason it has none)
 PEERS = ("torch", "optax", "schedulefree")
 #: torch packages that ship a few optimizers each, checked where they ship the rule (no ``no_peer`` needed)
-PACKAGES = ("prodigyopt", "dadaptation", "pytorch_optimizer", "heavyball")
+PACKAGES = ("prodigyopt", "dadaptation", "pytorch_optimizer", "heavyball", "kron_torch")
 ALL_PEERS = PEERS + PACKAGES
 
 

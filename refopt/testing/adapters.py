@@ -74,6 +74,7 @@ INSTALL = {
     "dadaptation": "pip install torch==2.13.0 && pip install dadaptation==3.2",
     "pytorch_optimizer": "pip install torch==2.13.0 && pip install pytorch-optimizer==4.1.0",
     "heavyball": "pip install torch==2.13.0 && pip install heavyball==3.2.1",
+    "kron_torch": "pip install torch==2.13.0 && pip install kron-torch==0.3.3",
 }
 
 
