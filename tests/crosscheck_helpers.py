@@ -1,11 +1,26 @@
-"""Shared by the peer cross-check tests: run presets and assert their status with a useful message."""
+"""Shared by the peer cross-check tests: run presets and assert their status with a useful message, load a
+factory file of docs/factories."""
+import importlib.util
+import pathlib
+
 from refopt.crosscheck.presets import MISCONFIGURED, PRESETS
 from refopt.crosscheck.run import run_preset, table
 
+FACTORIES = pathlib.Path(__file__).resolve().parent.parent / "docs" / "factories"
 
-def presets(peer, misconfigured=False, gaps=False):
+
+def presets(peer, misconfigured=False, gaps=False, family=None):
+    """The table's rows of ``peer`` (its wrong rows with ``misconfigured``), of one rule ``family`` if given."""
     pool = MISCONFIGURED if misconfigured else PRESETS
-    return [p for p in pool if p.peer == peer and (gaps or not p.gap)]
+    return [p for p in pool if p.peer == peer and (gaps or not p.gap) and (family is None or p.family == family)]
+
+
+def load_factory(name):
+    """The module docs/factories/<name>.py (the factories ``refopt crosscheck --impl`` is shown with)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_factory", FACTORIES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def ids(ps):

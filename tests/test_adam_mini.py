@@ -3,8 +3,6 @@ partition (entries, whole array, output neurons, tokens, heads); closed forms (o
 block per array at beta1 = beta2 = 0 steps by lr g / RMS(g)); negative controls for each oracle switch; bad input;
 pytorch_optimizer.AdamMini's name rules, its rows through docs/factories/adam_mini.py (the float64 reading and the
 float32 package as it ships), a numpy Adam-mini with a planted bug named by the diagnosis."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
@@ -13,7 +11,6 @@ import refopt
 from refopt.rules.adam_mini import AdamMini
 from tree_steps import last_params, run
 
-FACTORY = pathlib.Path(__file__).resolve().parent.parent / "docs" / "factories" / "adam_mini.py"
 NEEDS_PEER = "peer pytorch_optimizer not installed: pip install -e .[peers]"
 
 
@@ -169,10 +166,8 @@ def test_like_pytorch_optimizer_adam_mini():
 
 
 def _factory():
-    spec = importlib.util.spec_from_file_location("adam_mini_factory", FACTORY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from crosscheck_helpers import load_factory
+    return load_factory("adam_mini")
 
 
 def test_pytorch_optimizer_adam_mini_through_the_factory_and_as_shipped():
@@ -232,7 +227,7 @@ def test_a_block_sum_for_the_block_mean_is_named():
 
 def _presets(misconfigured=False):
     from crosscheck_helpers import presets
-    return [p for p in presets("pytorch_optimizer", misconfigured) if p.family == "adam_mini"]
+    return presets("pytorch_optimizer", misconfigured, family="adam_mini")
 
 
 @pytest.mark.parametrize("problem", ["stream", "gpt"])

@@ -4,8 +4,6 @@ orthogonal O has mean square 1 / fan_in, so NorMuon is Muon with the rms_match s
 preserve_norm; the first second moment); negative controls (v per input row, v of the momentum, no
 normalisation, the other rescale, a wide matrix where the closed form must fail); bad input; the mapping of
 pytorch_optimizer.NorMuon and the package through docs/factories/normuon.py."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
@@ -13,8 +11,6 @@ import pytest
 import refopt
 from refopt.rules.normuon import NorMuon
 from tree_steps import run
-
-FACTORY = pathlib.Path(__file__).resolve().parent.parent / "docs" / "factories" / "normuon.py"
 
 
 def _polar(M):
@@ -164,10 +160,8 @@ def test_like_pytorch_optimizer_normuon():
 
 
 def _factory():
-    spec = importlib.util.spec_from_file_location("normuon_factory", FACTORY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from crosscheck_helpers import load_factory
+    return load_factory("normuon")
 
 
 _ROWS = [dict(lr=0.01, momentum=0.9, beta2=0.99, weight_decay=0.05, adamw_lr=1e-3, adamw_betas=(0.85, 0.98),
@@ -244,7 +238,7 @@ def test_a_normuon_normalising_the_wrong_axis_is_named():
 
 def _normuon_presets(misconfigured=False):
     from crosscheck_helpers import presets
-    return [p for p in presets("pytorch_optimizer", misconfigured) if p.family == "normuon"]
+    return presets("pytorch_optimizer", misconfigured, family="normuon")
 
 
 @pytest.mark.parametrize("preset", _normuon_presets(), ids=[p.name for p in _normuon_presets()])

@@ -2,8 +2,6 @@
 per-axis products and triangular solves), closed forms of the first step (Q_0 = I: the step is the clipped debiased
 momentum plus the probe's perturbation), the fit's counter and balance draws, negative controls for each oracle
 switch, bad input, the kron_torch mapping and its rows through docs/factories/psgd_kron.py with supplied probes."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
@@ -12,7 +10,6 @@ import refopt
 from refopt.rules.psgd_kron import EPS32, PSGDKron
 from tree_steps import last_params, run
 
-FACTORY = pathlib.Path(__file__).resolve().parent.parent / "docs" / "factories" / "psgd_kron.py"
 NEEDS_PEER = "peer kron_torch not installed: pip install -e .[peers]"
 
 
@@ -97,10 +94,8 @@ def test_like_kron_torch():
 
 
 def _factory():
-    spec = importlib.util.spec_from_file_location("psgd_factory", FACTORY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from crosscheck_helpers import load_factory
+    return load_factory("psgd_kron")
 
 
 def test_kron_torch_through_the_factory_with_supplied_probes():
@@ -123,7 +118,7 @@ def test_kron_torch_through_the_factory_with_supplied_probes():
 
 def _presets(misconfigured=False):
     from crosscheck_helpers import presets
-    return [p for p in presets("kron_torch", misconfigured) if p.family == "psgd_kron"]
+    return presets("kron_torch", misconfigured, family="psgd_kron")
 
 
 @pytest.mark.parametrize("preset", _presets(), ids=[p.name for p in _presets()])

@@ -3,8 +3,6 @@ steps of uScion for each oracle, the Frank-Wolfe step's closed form on a constan
 c^t) (-rho lmo(g)), c = 1 - lr), torch's two lerp forms; negative controls (the momentum weighing the average, no
 spectral shape scale, the transposed layout, the decay after the step); bad input; the mapping of
 pytorch_optimizer.SCION and its rows through docs/factories/scion.py."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
@@ -13,7 +11,6 @@ import refopt
 from refopt.rules.scion import Scion
 from tree_steps import last_params, run
 
-FACTORY = pathlib.Path(__file__).resolve().parent.parent / "docs" / "factories" / "scion.py"
 NEEDS_PEER = "peer pytorch_optimizer not installed: pip install -e .[peers]"
 
 
@@ -113,10 +110,8 @@ def test_direction_and_float32():
 
 # ---- pytorch_optimizer -----------------------------------------------------------------------------------
 def _factory():
-    spec = importlib.util.spec_from_file_location("scion_factory", FACTORY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from crosscheck_helpers import load_factory
+    return load_factory("scion")
 
 
 def test_like_pytorch_optimizer_scion():
@@ -188,7 +183,7 @@ def test_a_scion_with_the_usual_momentum_is_named():
 
 def _scion_presets(misconfigured=False):
     from crosscheck_helpers import presets
-    return [p for p in presets("pytorch_optimizer", misconfigured) if p.family == "scion"]
+    return presets("pytorch_optimizer", misconfigured, family="scion")
 
 
 @pytest.mark.parametrize("preset", _scion_presets(), ids=[p.name for p in _scion_presets()])

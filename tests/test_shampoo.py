@@ -205,7 +205,7 @@ def test_pytorch_optimizer_shampoo_agrees(kw, problems):
 
 def _shampoo_presets(misconfigured=False):
     from crosscheck_helpers import presets
-    return [p for p in presets("pytorch_optimizer", misconfigured) if p.family == "shampoo"]
+    return presets("pytorch_optimizer", misconfigured, family="shampoo")
 
 
 @pytest.mark.parametrize("preset", _shampoo_presets(), ids=[p.name for p in _shampoo_presets()])

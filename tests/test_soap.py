@@ -5,8 +5,6 @@ rotation equivariance where the eigenvalues are distinct; the canonical eigenbas
 solver returns, stable under rounding, exact unit vectors on zero rows); negative controls (m in the eigenbasis,
 v not permuted, the decay before the step, no first-step skip, the basis recomputed by eigh); bad input; the
 mapping of pytorch_optimizer.SOAP and the package through docs/factories/soap.py."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
@@ -16,7 +14,6 @@ from refopt.linalg.eigen import eigh_descending
 from refopt.rules.soap import SOAP, refresh_basis
 from tree_steps import last_params, run
 
-FACTORY = pathlib.Path(__file__).resolve().parent.parent / "docs" / "factories" / "soap.py"
 NEEDS_PEER = "peer pytorch_optimizer not installed: pip install -e .[peers]"
 
 
@@ -264,10 +261,8 @@ def test_max_precond_dim_and_precondition_1d_choose_the_axes():
 
 # ---- pytorch_optimizer -----------------------------------------------------------------------------------
 def _factory():
-    spec = importlib.util.spec_from_file_location("soap_factory", FACTORY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from crosscheck_helpers import load_factory
+    return load_factory("soap")
 
 
 def test_like_pytorch_optimizer_soap():
@@ -377,7 +372,7 @@ def test_a_soap_decaying_before_the_step_is_named():
 
 def _soap_presets(misconfigured=False):
     from crosscheck_helpers import presets
-    return [p for p in presets("pytorch_optimizer", misconfigured) if p.family == "soap"]
+    return presets("pytorch_optimizer", misconfigured, family="soap")
 
 
 @pytest.mark.parametrize("preset", _soap_presets(), ids=[p.name for p in _soap_presets()])

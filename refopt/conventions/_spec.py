@@ -54,6 +54,7 @@ Tolerances (:class:`Tol`, see docs/crosscheck.md for the derivations):
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -300,6 +301,32 @@ class CliName:
 
 #: ``PeerMapping.refuse`` entries several peers share: ``maximize=True``, a mask selecting the decayed
 #: arrays, a schedule where refopt takes a constant.
+class ModuleWith:
+    """A module with some names replaced (``ModuleWith(torch, float32=torch.float64)``), every other name the
+    module's own: what a package factory puts in place of a package module's global ``torch``."""
+
+    def __init__(self, module, **names):
+        self._module = module
+        self.__dict__.update(names)
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+
+@contextlib.contextmanager
+def patched(module, **names):
+    """``module``'s globals ``names`` set to the given values inside the block and restored after it (also when
+    the block raises): how a package factory runs the package's own code with one function or constant replaced."""
+    saved = {n: getattr(module, n) for n in names}
+    try:
+        for n, v in names.items():
+            setattr(module, n, v)
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(module, n, v)
+
+
 def is_number(v) -> bool:
     """A real number (Python or numpy int or float), not a bool: the ``refuse`` predicates' test."""
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refopt.conventions._spec import (NO_MAXIMIZE, Conventions, Example, Oracle, PeerMapping, Preset, gamma, is_number,
-                                      is_positive_int, scalar)
+from refopt.conventions._spec import (NO_MAXIMIZE, Conventions, Example, ModuleWith, Oracle, PeerMapping, Preset, gamma,
+                                      is_number, is_positive_int, patched, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.adam_mini import AdamMini
 
@@ -199,16 +199,6 @@ def named_module(named_params):
     return root
 
 
-class _TorchReading:
-    """The torch module with ``float32`` read as another dtype (every other name torch's own)."""
-
-    def __init__(self, torch, float32):
-        self._torch, self.float32 = torch, float32
-
-    def __getattr__(self, name):
-        return getattr(self._torch, name)
-
-
 def pytorch_optimizer_adam_mini(named_params, state_dtype: str = "params", **kwargs):
     """``pytorch_optimizer.AdamMini(named_module(named_params), **kwargs)``. ``state_dtype``: 'params' runs the
     package with its float32 (the gradient's cast, m and v) read as the parameters' dtype during construction and
@@ -227,22 +217,16 @@ def pytorch_optimizer_adam_mini(named_params, state_dtype: str = "params", **kwa
     dtypes = {p.dtype for _, p in named_params}
     if len(dtypes) != 1:
         raise ValueError(f"state_dtype='params' needs one params dtype, got {sorted(map(str, dtypes))}")
-    reading = _TorchReading(torch, dtypes.pop())
+    reading = ModuleWith(torch, float32=dtypes.pop())     # torch.float32 read as the params' dtype
 
     class AdamMiniParamsDtype(Package):
         def __init__(self, *a, **kw):
-            module.torch = reading
-            try:
+            with patched(module, torch=reading):
                 super().__init__(*a, **kw)
-            finally:
-                module.torch = torch
 
         def step(self, closure=None):
-            module.torch = reading
-            try:
+            with patched(module, torch=reading):
                 return super().step(closure)
-            finally:
-                module.torch = torch
 
     return AdamMiniParamsDtype(model, **kwargs)
 

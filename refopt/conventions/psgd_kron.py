@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refopt.conventions._spec import (NO_MAXIMIZE, Conventions, Example, Oracle, PeerMapping, Preset, gamma,
-                                      is_number, scalar)
+from refopt.conventions._spec import (NO_MAXIMIZE, Conventions, Example, ModuleWith, Oracle, PeerMapping, Preset,
+                                      gamma, is_number, patched, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.psgd_kron import EPS32, PSGDKron, balance_draws, diagonal_axes
 
@@ -146,19 +146,6 @@ def facts(rule, of):
 
 
 # ---- kron_torch -------------------------------------------------------------------------------------------
-class _TorchWithProbes:
-    """The torch module with ``randn_like`` handing out the probes of ``draw(tensor)`` (every other name torch's)."""
-
-    def __init__(self, torch, draw):
-        self._torch, self._draw = torch, draw
-
-    def randn_like(self, t, *a, **kw):
-        return self._draw(t)
-
-    def __getattr__(self, name):
-        return getattr(self._torch, name)
-
-
 _COMPILED = ("_update_precond", "_precond_grad", "_clip_update_rms", "_balance_Q")
 
 
@@ -210,18 +197,13 @@ def kron_torch_kron(named_params, linear_algebra: str = "params", **kwargs):
                 sched = g["preconditioner_update_probability"]
                 if isinstance(sched, module.ProbScheduler):
                     sched._compiled = False
-            saved = {n: getattr(module, n) for n in (*_COMPILED, "_solve_triangular_right", "torch")}
-            try:
-                for n in _COMPILED:
-                    setattr(module, n, getattr(saved[n], "_torchdynamo_orig_callable", saved[n]))
-                if linear_algebra == "params":
-                    module._solve_triangular_right = solve_in_dtype
-                module.torch = _TorchWithProbes(torch, draw)
-                with contextlib.redirect_stdout(io.StringIO()):
-                    return super().step(closure)
-            finally:
-                for n, f in saved.items():
-                    setattr(module, n, f)
+            eager = {n: getattr(getattr(module, n), "_torchdynamo_orig_callable", getattr(module, n))
+                     for n in _COMPILED}
+            if linear_algebra == "params":
+                eager["_solve_triangular_right"] = solve_in_dtype
+            with patched(module, torch=ModuleWith(torch, randn_like=lambda t, *a, **kw: draw(t)), **eager), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                return super().step(closure)
 
     return KronSuppliedProbes([p for _, p in named], **kwargs)
 

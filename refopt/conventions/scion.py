@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from refopt.conventions._spec import (NO_MAXIMIZE, Conventions, Example, Oracle, PeerMapping, Preset, gamma, is_number,
-                                      scalar)
+                                      patched, scalar)
 from refopt.golden import GoldenCase
 from refopt.rules.scion import Scion
 
@@ -119,11 +119,8 @@ def pytorch_optimizer_scion(params, newton_schulz_dtype: str = "params", **kwarg
 
             def in_params_dtype(g, num_steps=5, **kw):
                 return package(g, num_steps, **{**kw, "dtype": g.dtype})
-            module.zero_power_via_newton_schulz_5 = in_params_dtype
-            try:
+            with patched(module, zero_power_via_newton_schulz_5=in_params_dtype):
                 return super().step(closure)
-            finally:
-                module.zero_power_via_newton_schulz_5 = package
 
     return SCIONParamsDtype(params, **kwargs)
 
