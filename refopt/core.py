@@ -33,6 +33,13 @@ One step of the walk (:func:`_step`), in this order; nothing is written before t
    rule-wide state; a changed ``ctx`` is cast again as in item 3;
 7. per leaf, ``rule.update_leaf(c, s, x, g, path)`` with ``c`` the cast context of x's dtype.
 
+**Inputs beyond the gradient.** A rule that needs more than the gradient declares it in ``inputs`` (a tuple of
+names) and the step takes those as keyword arguments: ``refopt.update(rule, state, params, grads, value=f)``,
+as optax's extra arguments. The names and what each must be are in :data:`INPUTS`; ``value`` is the loss at
+``params`` (the point the gradients were taken at). They are validated in item 1 (:func:`check_inputs`: a
+missing or unexpected one raises ``TypeError``, a non-finite value ``FloatingPointError``) and reach the rule
+in item 6, after ``reduce_tree``: ``ctx, glob = rule.reduce_inputs(ctx, glob, inputs, ...)``.
+
 The speed layer (:mod:`refopt.fast`) replaces this walk by one with the same checks and the same bits that
 remembers what it validated, packs the small gradients and steps many leaves in one compiled call;
 ``with refopt.fast.reading_path():`` runs the plain walk below instead.
@@ -47,6 +54,7 @@ How a rule plugs in (the contract between this walk and the rule math; :class:`R
   write ``g``. :func:`update` hands it fresh copies and :func:`update_` the caller's own arrays, so both run
   the very same code and give bit-identical numbers.
 * ``direction_leaf(c, s, x, g, path) -> (u, s)``, ``eval_leaf(s, x, path) -> array``.
+* ``inputs`` and ``reduce_inputs(ctx, glob, inputs, ss, xs, gs, paths)``: the inputs beyond the gradient (above).
 * ``squares_grads(s) -> bool`` (second-moment rules), ``decoupled_decay() -> bool`` (decay acting on x, not
   on u; direction wrappers reject it), ``lr_info(ctx) -> {group: lr_t}`` (what :func:`update` reports).
 
@@ -61,7 +69,7 @@ import math
 import operator
 import weakref
 from dataclasses import dataclass, fields
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -94,9 +102,20 @@ class ArraySpec:
         return cls(x.shape, x.dtype)
 
 
+#: the inputs a step can take beyond the gradients (keyword arguments of :func:`update`, :func:`update_` and
+#: :func:`direction`), for the rules that declare them in ``Rule.inputs``: name -> what it must be
+INPUTS = {
+    "value": "the loss f(params) at the params the gradients were taken at, a finite real number (e.g. the "
+             "first result of refopt.value_and_grad)",
+}
+
+
 @dataclass(frozen=True)
 class Rule:
     """Base class of every rule: a frozen record of hyperparameters plus the per-array hooks above."""
+
+    #: the step's inputs beyond the gradients that this rule needs (names of :data:`INPUTS`)
+    inputs: ClassVar[tuple] = ()
 
     def init_leaf(self, x: np.ndarray, path: str) -> NamedTuple:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -129,6 +148,13 @@ class Rule:
         """Whole-tree reductions of the step (after :meth:`prepare`, before any leaf is stepped): returns the
         step context and the rule-wide state (DoG's max distance and gradient sum). Reads ``ss``, ``xs``,
         ``gs`` (the prepared gradients) and writes none of them. Default: ``(ctx, glob)`` unchanged."""
+        return ctx, glob
+
+    def reduce_inputs(self, ctx: Any, glob: Any, inputs: dict, ss: list, xs: list, gs: list,
+                      paths: list[str]) -> tuple[Any, Any]:
+        """What the step's inputs beyond the gradients (``inputs``: {name: value} for the names in
+        ``self.inputs``, validated by :func:`check_inputs`) make of the step context and the rule-wide state,
+        after :meth:`reduce_tree`; as :meth:`reduce_tree`, it writes nothing. Default: unchanged."""
         return ctx, glob
 
     def squares_grads(self, s: Any) -> bool:
@@ -262,6 +288,33 @@ def check_prepared(rule: Rule, new_gs: list, gs: list, xs: list, paths: list[str
                              f"{x.dtype} {x.shape}")
 
 
+def check_inputs(rule: Rule, inputs: dict) -> dict:
+    """The step's inputs beyond the gradients, checked against what ``rule`` declares (``rule.inputs``) and
+    :data:`INPUTS`: ``{name: value}`` with ``value`` a Python float. Raises ``TypeError`` for an input the rule
+    does not take or one it needs and did not get, or a value that is not a real number (a bool, an array of
+    more than one element); ``FloatingPointError`` for a value that is nan or inf. Called before anything is
+    written."""
+    name, wanted = type(rule).__name__, tuple(rule.inputs)
+    for k in inputs:
+        if k not in wanted:
+            takes = f"it takes {', '.join(wanted)}" if wanted else "it takes the gradients only"
+            raise TypeError(f"{name} takes no input {k!r} ({takes}; the inputs refopt knows: {', '.join(INPUTS)})")
+    out = {}
+    for k in wanted:
+        if k not in inputs or inputs[k] is None:
+            raise TypeError(f"{name} needs the input {k}= at every step: {INPUTS[k]}")
+        v = inputs[k]
+        a = np.asarray(v)
+        if isinstance(v, (bool, np.bool_)) or a.dtype.kind not in "iuf" or a.size != 1 or a.ndim > 1:
+            raise TypeError(f"{name}: {k} must be a real number ({INPUTS[k]}), got {type(v).__name__} "
+                            f"{a.dtype} {a.shape}")
+        f = float(a.reshape(()))
+        if not math.isfinite(f):
+            raise FloatingPointError(f"{name}: {k} = {f} is not finite; nothing was written")
+        out[k] = f
+    return out
+
+
 try:  # numpy >= 2
     from numpy.lib.array_utils import byte_bounds as _byte_bounds
 except ImportError:  # pragma: no cover - numpy 1.x
@@ -327,10 +380,14 @@ def step_context(rule: Rule, state: OptState, xs: list):
     return t, ctx, glob, {dt: cast_context(ctx, dt, name) for dt in {x.dtype for x in xs}}
 
 
-def reduced_context(rule: Rule, ctx: Any, glob: Any, casts: dict, ss: list, xs: list, gs: list, paths: list):
-    """Item 6 of the step: (ctx, glob, casts) after ``rule.reduce_tree``; the casts made again when it changed
-    the context."""
+def reduced_context(rule: Rule, ctx: Any, glob: Any, casts: dict, ss: list, xs: list, gs: list, paths: list,
+                    inputs: dict | None = None):
+    """Item 6 of the step: (ctx, glob, casts) after ``rule.reduce_tree`` and, for a rule that takes inputs
+    beyond the gradients, ``rule.reduce_inputs`` (``inputs`` as :func:`check_inputs` returns them); the casts
+    made again when they changed the context."""
     new_ctx, glob = rule.reduce_tree(ctx, glob, ss, xs, gs, paths)
+    if rule.inputs:
+        new_ctx, glob = rule.reduce_inputs(new_ctx, glob, inputs or {}, ss, xs, gs, paths)
     if new_ctx is not ctx:
         name = type(rule).__name__
         casts = {dt: cast_context(new_ctx, dt, name) for dt in casts}
@@ -383,14 +440,15 @@ fast_step: Callable | None = None
 
 
 def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, info: dict | None,
-          check: bool = True):
+          check: bool = True, inputs: dict | None = None):
     """The step shared by update and update_ (module docstring, items 1-7). Nothing is written before the
     rule's update_leaf."""
     if info is not None and not isinstance(info, dict):
         raise TypeError(f"info must be None or a dict the step records into, got {type(info).__name__}")
-    if fast_step is not None:
-        return fast_step(rule, state, params, grads, inplace, info, check)
     check_rule_state(rule, state)
+    inputs = check_inputs(rule, inputs or {})
+    if fast_step is not None:
+        return fast_step(rule, state, params, grads, inplace, info, check, inputs)
     xs, gs, paths, td = T.check_like(params, grads)
     ss = state_leaves(rule, state, xs, paths, td)
     written = None
@@ -403,7 +461,7 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
         reject_bad_grads(gs, paths, grad_bounds(rule, xs, ss), [type(rule).__name__] * len(gs))
     new_gs = rule.prepare(ctx, ss, xs, gs, paths)
     check_prepared(rule, new_gs, gs, xs, paths)
-    ctx, glob, casts = reduced_context(rule, ctx, glob, casts, ss, xs, new_gs, paths)
+    ctx, glob, casts = reduced_context(rule, ctx, glob, casts, ss, xs, new_gs, paths, inputs)
     out_x, out_s = step_each(rule, casts, ss, xs, read_as_handed(new_gs, written), paths, inplace)
     if info is not None:
         info["t"] = t
@@ -416,14 +474,16 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     return new_params, OptState(t, glob, new_leaves)
 
 
-def update(rule: Rule, state: OptState, params: Any, grads: Any, info: dict | None = None) -> tuple[Any, OptState]:
+def update(rule: Rule, state: OptState, params: Any, grads: Any, info: dict | None = None,
+           **inputs) -> tuple[Any, OptState]:
     """One step of ``rule``: returns ``(new_params, new_state)`` as new arrays.
 
     Pure: ``state``, ``params`` and ``grads`` are never written (read-only arrays are fine). The numbers
     are bit-identical to :func:`update_`, which runs the same kernels on the caller's arrays. When ``info``
     is a dict, the step records what it did there: ``info["t"]`` (the step number) and ``info["lr"]``, the
     learning rate lr*gamma_t applied per parameter group (``{"all": lr_t}``, or one entry per label of a
-    :class:`~refopt.rules.partition.Partition`).
+    :class:`~refopt.rules.partition.Partition`). ``inputs``: what a rule needs beyond the gradients
+    (``rule.inputs``, e.g. ``value=`` the loss at ``params`` for Polyak SGD and Momo; :data:`INPUTS`).
 
     Raises:
       ValueError: params and grads differ in structure, shape or dtype, the state was not made by
@@ -431,19 +491,20 @@ def update(rule: Rule, state: OptState, params: Any, grads: Any, info: dict | No
         scalar does not fit the dtype (the message names it).
       TypeError: a leaf is not a float32 / float64 ndarray.
       FloatingPointError: a gradient holds nan or inf, or (second-moment rules) |g| whose square overflows
-        (the message names the leaf path).
+        (the message names the leaf path); an input (``value``) is nan or inf.
+      TypeError: (also) an input the rule needs is missing, or one it does not take is given.
     """
-    return _step(rule, state, params, grads, False, info)
+    return _step(rule, state, params, grads, False, info, inputs=inputs)
 
 
 def update_(rule: Rule, state: OptState, params: Any, grads: Any, check_finite: bool = True,
-            info: dict | None = None) -> tuple[Any, OptState]:
+            info: dict | None = None, **inputs) -> tuple[Any, OptState]:
     """In-place twin of :func:`update` (Julia's ``update!``): writes into the arrays of ``params`` and
     ``state`` and returns them (the same containers, with the new step count). Bit-identical to
     :func:`update`.
 
     ``check_finite=False`` skips the pass that rejects non-finite gradients (a speed knob; a NaN then
-    propagates into the params). ``info`` as :func:`update`.
+    propagates into the params). ``info`` and ``inputs`` as :func:`update`.
 
     The fast walk (:mod:`refopt.fast.walk`) handed the same params and state objects as the previous call of
     this rule (the usual training loop) validates only what can have changed: the gradients, and the
@@ -460,24 +521,26 @@ def update_(rule: Rule, state: OptState, params: Any, grads: Any, check_finite: 
         state is the one the last ``update_`` of this rule advanced, handed back with its old ``t`` (a guard
         against not rebinding; older states, or states of another rule object, are not recognised).
       FloatingPointError: a gradient leaf holds nan or inf (nothing has been written then).
+      TypeError: an input is missing or not taken (as :func:`update`).
     """
-    return _step(rule, state, params, grads, True, info, check=bool(check_finite))
+    return _step(rule, state, params, grads, True, info, check=bool(check_finite), inputs=inputs)
 
 
-def direction(rule: Rule, state: OptState, params: Any, grads: Any) -> tuple[Any, OptState]:
+def direction(rule: Rule, state: OptState, params: Any, grads: Any, **inputs) -> tuple[Any, OptState]:
     """The base direction ``u`` of a rule of the form ``x <- x - lr*gamma_t*u`` (e.g. Adam's
     ``mhat/(sqrt(vhat)+eps)``; SGD's momentum buffer), and the state advanced by one step. Decoupled
     weight decay is not part of ``u``. Pure, like :func:`update`.
 
     Raises: as :func:`update`, and ``NotImplementedError`` for rules that are not of that form
-    (Hyperball, Average, EMA, Schedule-Free, Partition)."""
+    (Hyperball, Average, EMA, Schedule-Free, Partition). ``inputs`` as :func:`update`."""
     check_rule_state(rule, state)
+    inputs = check_inputs(rule, inputs)
     xs, gs, paths, td = T.check_like(params, grads)
     ss = state_leaves(rule, state, xs, paths, td)
     t, ctx, glob, casts = step_context(rule, state, xs)
     reject_bad_grads(gs, paths, grad_bounds(rule, xs, ss), [type(rule).__name__] * len(gs))
     gs = rule.prepare(ctx, ss, xs, gs, paths)
-    ctx, glob, casts = reduced_context(rule, ctx, glob, casts, ss, xs, gs, paths)
+    ctx, glob, casts = reduced_context(rule, ctx, glob, casts, ss, xs, gs, paths, inputs)
     out, new_s = [], []
     for x, g, s, p in zip(xs, gs, ss, paths):
         u, sn = rule.direction_leaf(casts[x.dtype], T.copy(s), x, g, p)

@@ -10,6 +10,9 @@ steps, stored as a pair of files with the same stem ``<case>__<problem>__<dtype>
     ``params/<i>``         leaf i after steps 1..N, shape (N, *S_i)
     ``state/<field>/<i>``  the rule's per-leaf state field after steps 1..N, shape (N, *S_i)
                            (e.g. Adam ``m``, ``v``; SGD ``b``; Muon ``m``; Schedule-Free ``z``, ``x``)
+    ``inputs/<name>``      for a rule that takes inputs beyond the gradients (the manifest's ``inputs``),
+                           the input at steps 1..N, shape (N,) float64 (``inputs/value``: the loss at
+                           the params each gradient was taken at)
 
 ``<stem>.json`` (the manifest, UTF-8 JSON)
     ``format``: ``"refopt-golden"``; ``format_version``: :data:`FORMAT_VERSION` (an integer; a reader
@@ -23,13 +26,15 @@ steps, stored as a pair of files with the same stem ``<case>__<problem>__<dtype>
     (e.g. ``"AdamW"``, ``{"lr": 0.01}``), ``layout``, ``state`` ({refopt field: peer state key}; optional:
     a file without it is valid) and ``tolerance`` ({figure: bound}, e.g. {"params": 1e-12,
     "state": 1e-12}); ``{}`` when no peer reproduces the rule;
-    ``leaves``: ``[{"index", "path", "shape"}]``; ``state_fields``; ``tolerance``: the max-norm relative
+    ``leaves``: ``[{"index", "path", "shape"}]``; ``state_fields``; ``inputs`` (optional, [] when absent): the
+    names of the step's inputs beyond the gradients (:data:`refopt.core.INPUTS`, e.g. ``["value"]``); ``tolerance``: the max-norm relative
     difference allowed when refopt replays its own file; ``arrays``: for every array name
     ``{"shape", "dtype", "sha256"}`` where sha256 is the hex digest of the array's raw C-order bytes.
 
 Replaying a file in another framework (about 20 lines; docs/golden.md shows it for torch): load the npz,
 build the optimizer from the manifest's ``peers`` entry, set the params to ``params0``, and for
-t = 1..N set the gradient to ``grads[:, t-1]``, step, and compare the params with ``params[t-1]``.
+t = 1..N set the gradient to ``grads[:, t-1]`` (and hand over ``inputs/value[t-1]`` where the manifest lists
+it: optax's ``value=``, torch's closure returning it), step, and compare the params with ``params[t-1]``.
 
 :func:`export` writes files; :func:`verify` checks a file's format and hashes (raising
 :class:`GoldenError` with the file and array named); :func:`check` replays against refopt or a peer.
@@ -150,6 +155,8 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
         arrays[f"params/{i}"] = np.stack([p[i] for p in traj.params])
         for f in case.state_fields:
             arrays[f"state/{f}/{i}"] = np.stack([s[f][i] for s in traj.state])
+    for k in rule.inputs:
+        arrays[f"inputs/{k}"] = np.array([g.inputs[k] for g in grads], np.float64)
     arrays = {k: np.ascontiguousarray(v.astype(v.dtype.newbyteorder("<"))) for k, v in arrays.items()}
     stem = f"{case.name}__{problem}__{dtype}"
     manifest = {
@@ -170,6 +177,7 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
         "leaves": [{"index": i, "path": path, "shape": list(x.shape)}
                    for i, (path, x) in enumerate(zip(prob.paths, prob.leaves))],
         "state_fields": list(case.state_fields),
+        "inputs": list(rule.inputs),
         "tolerance": _refopt_tolerance(case, dtype),
         "arrays": {k: {"shape": list(v.shape), "dtype": v.dtype.name, "sha256": _sha256(v)}
                    for k, v in sorted(arrays.items())},
@@ -285,9 +293,15 @@ class Golden:
     def leaves0(self) -> list[np.ndarray]:
         return [self.arrays[f"params0/{i}"] for i in range(len(self.manifest["leaves"]))]
 
-    def grads(self) -> list[list[np.ndarray]]:
-        n = len(self.manifest["leaves"])
-        return [[self.arrays[f"grads/{i}"][t] for i in range(n)] for t in range(self.manifest["steps"])]
+    def grads(self) -> list:
+        """Per step, the gradients (a :class:`refopt.crosscheck.problems.Gradients`, a list of arrays) with the
+        step's inputs (``.inputs``, {'value': f} for a file whose manifest lists inputs)."""
+        from refopt.crosscheck.problems import Gradients
+
+        n, names = len(self.manifest["leaves"]), self.manifest.get("inputs", [])
+        return [Gradients([self.arrays[f"grads/{i}"][t] for i in range(n)],
+                          {k: float(self.arrays[f"inputs/{k}"][t]) for k in names})
+                for t in range(self.manifest["steps"])]
 
     def params(self) -> list[list[np.ndarray]]:
         n = len(self.manifest["leaves"])
@@ -389,7 +403,7 @@ def check_file(path: str, against: str = "refopt"):
         from refopt.testing.adapters import reads_names
 
         replay = peer_trajectory(preset, g.leaves0(), g.grads(), np.dtype(m["dtype"]).type,
-                                 paths if reads_names(preset.factory) else None)
+                                 paths if reads_names(preset.factory) else None, tuple(m.get("inputs", [])))
         tol = preset.tol.for_dtype(m["dtype"], m["problem"])
         base["preset"] = f"{m['case']} ~ {preset.name}"
         # compare the peer's state only on the fields both sides have

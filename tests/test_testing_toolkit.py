@@ -103,6 +103,9 @@ RULES = [
     refopt.PSGDKron(lr=0.01),   # a fit of finitely many steps from Q_0 = I and a clip: no invariance stated
     refopt.Prodigy(d0=1e-3, weight_decay=0.1, decoupled=False),   # L2: not scale invariant
     refopt.Mechanic(refopt.Adam(lr=0.01), eps=1e-3),   # eps in |h| + eps: not scale invariant
+    refopt.PolyakSGD(),   # the loss value drawn per step; the cap s_max keeps gradient scale unstated
+    refopt.Momo(weight_decay=0.1),   # <g, x> and ||d||: rotations and permutations kept
+    refopt.MomoAdam(lr=0.05),   # D_t per entry: permutations only
 ]
 CHEAP = ["gradient_scale_invariance", "parameter_scale_covariance", "orthogonal_equivariance",
          "permutation_equivariance", "reparametrization_covariance", "mup_step_size"]

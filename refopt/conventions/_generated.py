@@ -305,11 +305,15 @@ class CounterShift(Adapter):
     def init(self, params):
         return (0, self.inner.init(params))
 
-    def step(self, state, params, grads):
-        t, (_, leaves) = state[0] + 1, state[1]
+    @property
+    def inputs(self) -> tuple:
+        return self.inner.inputs
+
+    def step(self, state, params, grads, **inputs):
+        t, inner = state[0] + 1, state[1]      # the oracle's state: (t, leaves) or (t, leaves, rule-wide state)
         seen = 1 if self.how == "frozen" else t + 1
-        x, (_, leaves) = self.inner.step((seen - 1, leaves), params, grads)
-        return x, (t, (seen, leaves))
+        x, new = self.inner.step((seen - 1, *inner[1:]), params, grads, **inputs)
+        return x, (t, (seen, *new[1:]))
 
     def state_arrays(self, state) -> dict:
         return self.inner.state_arrays(state[1])

@@ -67,7 +67,7 @@ from refopt.testing.adapters import Adapter
 #: the libraries every conventions file answers for (a mapping, or in ``no_peer`` the reason it has none)
 PEERS = ("torch", "optax", "schedulefree")
 #: torch packages that ship a few optimizers each, checked where they ship the rule (no ``no_peer`` needed)
-PACKAGES = ("prodigyopt", "dadaptation", "pytorch_optimizer", "heavyball", "kron_torch")
+PACKAGES = ("prodigyopt", "dadaptation", "pytorch_optimizer", "heavyball", "kron_torch", "momo")
 ALL_PEERS = PEERS + PACKAGES
 
 
@@ -402,6 +402,11 @@ class Oracle(Adapter):
     def __init__(self, rule, name: str | None = None, **switches):
         self.rule, self.switches = rule, switches
         self.name = name or f"{type(rule).__name__} (plain numpy)"
+
+    @property
+    def inputs(self) -> tuple:
+        """The rule's inputs beyond the gradients (``value``): an oracle of such a rule takes them in ``step``."""
+        return tuple(getattr(self.rule, "inputs", ()))
 
     # ---- per-rule hooks -------------------------------------------------------------------------------
     def init_leaf(self, x, path):   # pragma: no cover - abstract

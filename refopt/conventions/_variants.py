@@ -83,8 +83,8 @@ class TransposedRule(RuleAdapter):
     def init(self, params):
         return super().init(self._t(params))
 
-    def step(self, state, params, grads):
-        x, state = super().step(state, self._t(params), self._t(grads))
+    def step(self, state, params, grads, **inputs):
+        x, state = super().step(state, self._t(params), self._t(grads), **inputs)
         return self._b(x), state
 
     def state_arrays(self, state) -> dict:
@@ -116,8 +116,8 @@ class WholeTreeRule(RuleAdapter):
     def init(self, params):
         return super().init(self._cat(params))
 
-    def step(self, state, params, grads):
-        x, state = super().step(state, self._cat(params), self._cat(grads))
+    def step(self, state, params, grads, **inputs):
+        x, state = super().step(state, self._cat(params), self._cat(grads), **inputs)
         return T.unflatten(self._td, self._split(x[0])), state
 
     def state_arrays(self, state) -> dict:

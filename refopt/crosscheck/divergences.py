@@ -51,7 +51,7 @@ from refopt.crosscheck.run import Trajectory, figures, trajectory
 
 #: the distributions whose versions are recorded (the ``peers`` extra pins them)
 VERSIONED = ("torch", "jax", "jaxlib", "optax", "schedulefree", "prodigyopt", "dadaptation", "pytorch-optimizer",
-             "heavyball", "kron-torch")
+             "heavyball", "kron-torch", "momo-opt")
 
 
 def versions() -> dict:

@@ -271,6 +271,7 @@ class PluginResult:
     evidence: list = field(default_factory=list)       # the findings (refopt.crosscheck.evidence), as lines
     lead: str | None = None                            # the finding specific enough to name a cause
     not_run: list = field(default_factory=list)        # (variant, problem, error) of variants that raised
+    skipped: list = field(default_factory=list)        # (problem, reason) of the problems not compared
 
     @property
     def agree(self) -> bool:
@@ -319,6 +320,7 @@ class PluginResult:
         lines = [f"implementation: {self.impl} ({self.framework}, layout {self.layout})",
                  f"refopt rule:    {self.rule}",
                  f"{self.steps} steps, {self.dtype}, open loop (the same gradients for both)", ""]
+        lines[-1:-1] = [f"skipped [{prob}]: {why}" for prob, why in self.skipped]
         head = ["problem", "params rel", "update rel", "state", "tolerance tier", "status"]
         rows = []
         for p in self.problems:
@@ -415,6 +417,12 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     _float64_only(rule, dtype)
     problems = select_names("problems", problems, PROBLEMS, "problem")
+    skipped = [(p, f"{type(rule).__name__} needs the loss value, which the {p} problem (a gradient stream) "
+                   f"does not have") for p in problems if rule.inputs and p == "stream"]
+    problems = [p for p in problems if p not in dict(skipped)]
+    if not problems:
+        raise ValueError(f"{type(rule).__name__} needs {', '.join(rule.inputs)}: choose problems with a loss "
+                         f"(quadratic, mlp, gpt), not only the stream")
     adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout, name)
     try:
         rule_text = to_expr(rule)
@@ -427,8 +435,9 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
     for prob_name in problems:
         prob = make_problem(prob_name, DTYPES[dtype], seed, matrix_only=matrix_only)
         names = prob.paths if reads_names(adapter) else None     # an optimizer that picks its rule by name
-        ref, grads = trajectory(ref_adapter, prob.leaves, prob.grad, steps, state="all", paths=names)
-        other, _ = trajectory(adapter, prob.leaves, grads, state="all", paths=names)
+        ref, grads = trajectory(ref_adapter, prob.leaves, prob.grad, steps, state="all", paths=names,
+                                inputs=tuple(rule.inputs))
+        other, _ = trajectory(adapter, prob.leaves, grads, state="all", paths=names, inputs=tuple(rule.inputs))
         fig = figures(ref, other, prob.leaves)
         prel, urel = fig.params_rel, fig.update_rel
         state = _state_match(ref, other, peer_names)
@@ -454,7 +463,8 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
         runs.append(dict(prob=prob, problem=prob_name, grads=grads, ref=ref, other=other, prel=prel, urel=urel,
                          paths=prob.paths, names=names, leaves=prob.leaves, tol=tol0, agree=tier is not None,
                          first=first[0] if first else None, state=srel, state_only=state_only))
-    res = PluginResult(adapter.name, rule_text, adapter.framework, adapter.layout, dtype, steps, results)
+    res = PluginResult(adapter.name, rule_text, adapter.framework, adapter.layout, dtype, steps, results,
+                       skipped=skipped)
     if res.agree or not diagnose or any(r.nonfinite for r in results):   # no variant explains a NaN
         return res
     from refopt.crosscheck.diagnosis import rank, state_distance

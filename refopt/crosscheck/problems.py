@@ -1,7 +1,10 @@
 r"""Canonical problems: initial params and a gradient sequence, from fixed seeds.
 
 Each problem is a flat list of named arrays (refopt's (fan_in, fan_out) layout) and a gradient function
-``grad(leaves, t) -> list of arrays`` (t = 1 for the first update). ``matrix_only=True`` keeps the 2-D
+``grad(leaves, t) -> Gradients`` (t = 1 for the first update): a list of arrays, one per leaf, whose
+``inputs`` hold the step's inputs beyond the gradients (:data:`refopt.core.INPUTS`): ``{'value': f}``, the
+loss at ``leaves`` (in float64), on the problems that have one (quadratic, mlp, gpt); the stream has no loss
+(``Problem.inputs`` is empty), so a rule that needs one is skipped there with the reason. ``matrix_only=True`` keeps the 2-D
 leaves only (for Muon); the other leaves of the model stay frozen at their initial values.
 
 * ``stream``: a seeded random gradient stream, independent of the params: g_t ~ N(0, s^2) per leaf with
@@ -22,7 +25,7 @@ amplify tiny differences through the model's curvature.)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -30,13 +33,36 @@ import numpy as np
 PROBLEMS = ("stream", "quadratic", "mlp", "gpt")
 
 
+class Gradients(list):
+    """One step's gradients, a list of arrays (one per leaf), and ``inputs``, the step's inputs beyond them
+    ({'value': the loss as a Python float} where the problem has a loss, else {})."""
+
+    def __init__(self, arrays=(), inputs: dict | None = None):
+        super().__init__(arrays)
+        self.inputs = dict(inputs or {})
+
+
+def step_inputs(g, names, problem: str = "") -> dict:
+    """{name: value} of the inputs ``names`` that one step's gradients ``g`` (a :class:`Gradients`) carry;
+    ``ValueError`` naming the problem when one is missing (the stream has no loss)."""
+    have = getattr(g, "inputs", {})
+    missing = [k for k in names if k not in have]
+    if missing:
+        where = f"the {problem} problem" if problem else "this gradient sequence"
+        raise ValueError(f"{where} gives no {', '.join(missing)} (a rule that needs the loss runs on the "
+                         f"problems with one: {', '.join(p for p in PROBLEMS if p != 'stream')})")
+    return {k: have[k] for k in names}
+
+
 @dataclass
 class Problem:
     name: str
     paths: list[str]
     leaves: list[np.ndarray]
-    grad: Callable[[list[np.ndarray], int], list[np.ndarray]]
+    grad: Callable[[list[np.ndarray], int], Gradients]
     description: str
+    #: the inputs beyond the gradients that every step's Gradients carry (('value',) where there is a loss)
+    inputs: tuple = field(default=())
 
 
 def _stream(dtype, seed, matrix_only):
@@ -51,7 +77,7 @@ def _stream(dtype, seed, matrix_only):
     def grad(_leaves, t):
         while len(cache) < t:
             cache.append([(s * grng.standard_normal(shape)).astype(dtype) for _, shape, s in spec])
-        return [g.copy() for g in cache[t - 1]]
+        return Gradients([g.copy() for g in cache[t - 1]])
 
     return [n for n, _, _ in spec], leaves, grad, "seeded N(0, s^2) gradient stream, s = (1, 0.1, 1, 1e-8)"
 
@@ -66,7 +92,9 @@ def _quadratic(dtype, seed, matrix_only):
     c = [rng.standard_normal(s).astype(dtype) for _, s in spec]
 
     def grad(xs, t):
-        return [hi * (x - ci) for x, hi, ci in zip(xs, h, c)]
+        f = sum(0.5 * float(np.sum(np.asarray(hi, np.float64) * (np.asarray(x, np.float64) - ci) ** 2))
+                for x, hi, ci in zip(xs, h, c))
+        return Gradients([hi * (x - ci) for x, hi, ci in zip(xs, h, c)], {"value": f})
 
     return [n for n, _ in spec], leaves, grad, "f = 1/2 sum h (x - c)^2, h log-uniform [0.1, 10]"
 
@@ -91,9 +119,9 @@ def _model_problem(loss, params, batch, matrix_only):
         full = list(frozen)
         for i, x in zip(opt, xs):
             full[i] = x
-        _, g = vg(T.unflatten(td, full), *batch(t))
+        f, g = vg(T.unflatten(td, full), *batch(t))
         gl, _, _ = T.flatten(g)
-        return [np.array(gl[i], dtype=leaves[i].dtype) for i in opt]
+        return Gradients([np.array(gl[i], dtype=leaves[i].dtype) for i in opt], {"value": float(f)})
 
     return [paths[i] for i in opt], [leaves[i].copy() for i in opt], grad
 
@@ -148,4 +176,4 @@ def make_problem(name: str, dtype=np.float64, seed: int = 0, matrix_only: bool =
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     paths, leaves, grad, desc = _MAKERS[name](dtype.type, seed, matrix_only)
-    return Problem(name, paths, leaves, grad, desc)
+    return Problem(name, paths, leaves, grad, desc, () if name == "stream" else ("value",))

@@ -35,7 +35,7 @@ import numpy as np
 
 from refopt.crosscheck import peers
 from refopt.crosscheck.presets import Preset
-from refopt.crosscheck.problems import make_problem
+from refopt.crosscheck.problems import make_problem, step_inputs
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
@@ -50,7 +50,7 @@ class Trajectory:
 
 
 def trajectory(adapter, leaves0, grads_or_fn, steps: int | None = None, state=None,
-               paths=None) -> tuple[Trajectory, list]:
+               paths=None, inputs=None) -> tuple[Trajectory, list]:
     """Step ``adapter`` (any :class:`~refopt.testing.adapters.Adapter`) from ``leaves0`` (a list of arrays).
     ``paths`` (the problem's leaf names, given where the peer picks its rule by name, or None): an adapter that
     can read names (``adapter.named``: refopt rules, oracles, torch optimizers) runs on the tree they name
@@ -61,7 +61,11 @@ def trajectory(adapter, leaves0, grads_or_fn, steps: int | None = None, state=No
     gradient list). ``state``: None (record none), ``'all'`` (every entry of ``adapter.state_arrays``) or
     a map {name: entry} (:func:`state_entry` resolves each entry). Every step gets fresh copies of the
     gradients and of the params it returned, so an implementation that writes its inputs in place changes
-    nothing recorded. Returns (the trajectory, the gradients used). Raises KeyError for an entry the
+    nothing recorded. ``inputs``: the names of the step's inputs beyond the gradients to hand the adapter
+    (``('value',)`` for a rule that needs the loss; None: those the adapter declares, ``adapter.inputs``, a
+    refopt rule's or an oracle's), read off each step's
+    :class:`~refopt.crosscheck.problems.Gradients` (ValueError when a step has none). Returns (the trajectory,
+    the gradients used). Raises KeyError for an entry the
     adapter's state does not have, and whatever the adapter raises
     (:class:`~refopt.testing.adapters.UserCodeError` for a user's code)."""
     if steps is None:
@@ -73,11 +77,13 @@ def trajectory(adapter, leaves0, grads_or_fn, steps: int | None = None, state=No
 
         adapter = Named(adapter, paths)
     s = adapter.init(x)
+    inputs = tuple(getattr(adapter, "inputs", ()) if inputs is None else inputs)
     traj, used = Trajectory(), []
     for t in range(1, steps + 1):
         g = grads_or_fn(x, t) if callable(grads_or_fn) else grads_or_fn[t - 1]
         used.append(g)
-        x, s = adapter.step(s, x, [np.array(a, copy=True) for a in g])
+        extra = step_inputs(g, inputs) if inputs else {}
+        x, s = adapter.step(s, x, [np.array(a, copy=True) for a in g], **extra)
         x = [np.asarray(a) for a in x]
         traj.params.append([np.array(a, copy=True) for a in x])
         if state == "all":     # the entries with one array shaped like each params leaf
@@ -126,11 +132,13 @@ def refopt_trajectory(rule, leaves0, grads_or_fn, steps: int, fields=(), paths=N
     return trajectory(RuleAdapter(rule), leaves0, grads_or_fn, steps, {f: f for f in fields} or None, paths)
 
 
-def peer_trajectory(preset: Preset, leaves0, grads, dtype=None, paths=None) -> Trajectory:
+def peer_trajectory(preset: Preset, leaves0, grads, dtype=None, paths=None, inputs=()) -> Trajectory:
     """Run the preset's peer (:func:`refopt.crosscheck.peers.preset_adapter`) from ``leaves0`` on the gradient
-    lists ``grads``, recording its state entries under refopt's names (``preset.state``). The arrays'
-    dtype is the run's (``dtype`` is accepted for the callers that name it)."""
-    return trajectory(peers.preset_adapter(preset), leaves0, grads, state=preset.state or None, paths=paths)[0]
+    lists ``grads`` (and the ``inputs`` the refopt rule takes, read off them), recording its state entries
+    under refopt's names (``preset.state``). The arrays' dtype is the run's (``dtype`` is accepted for the
+    callers that name it)."""
+    return trajectory(peers.preset_adapter(preset), leaves0, grads, state=preset.state or None, paths=paths,
+                      inputs=inputs)[0]
 
 
 def _rel(diff: float, scale: float) -> float:
@@ -334,11 +342,15 @@ def run_preset(preset: Preset, problem: str = "stream", steps: int = 50, dtype: 
     prob = make_problem(problem, DTYPES[dtype], seed, matrix_only=preset.matrix_only)
     rule = preset.make_rule()
     base["rule"] = type(rule).__name__
+    missing = [k for k in rule.inputs if k not in prob.inputs]
+    if missing:
+        return Result(**base, status="skip", message=f"{type(rule).__name__} needs {', '.join(missing)}, which "
+                                                      f"the {problem} problem does not give (it has no loss)")
     from refopt.testing.adapters import reads_names
 
     names = prob.paths if reads_names(preset.factory) else None     # a peer that picks its rule by name
     ref, grads = refopt_trajectory(rule, prob.leaves, prob.grad, steps, tuple(preset.state), names)
-    peer = peer_trajectory(preset, prob.leaves, grads, DTYPES[dtype], names)
+    peer = peer_trajectory(preset, prob.leaves, grads, DTYPES[dtype], names, tuple(rule.inputs))
     fig = compare(ref, peer, prob.leaves, prob.paths)
     bad = check(fig, tol)
     if preset.gap:

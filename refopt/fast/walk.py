@@ -251,7 +251,7 @@ def _bounds(rule: Rule, lc: dict, xs: list, ss: list) -> list:
 
 
 def step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, info: dict | None,
-         check: bool = True):
+         check: bool = True, inputs: dict | None = None):
     """:func:`refopt.core._step` with the same checks and bits, faster (module docstring). Nothing is written
     before :func:`step_leaves`."""
     xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
@@ -280,7 +280,7 @@ def step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, in
     if any(map(operator.is_not, new_gs, gs)):
         C.check_prepared(rule, new_gs, gs, xs, paths)
         _fill_pack(pack, new_gs)
-    ctx, glob, casts = C.reduced_context(rule, ctx, glob, casts, ss, xs, new_gs, paths)
+    ctx, glob, casts = C.reduced_context(rule, ctx, glob, casts, ss, xs, new_gs, paths, inputs)
     walk = Walk(inplace, pack.packed, w.cache.setdefault("rule", {}) if inplace else None,
                 lc.setdefault("rule", {}), w.cache["written"] if inplace else None)
     out_x, out_s = step_leaves(rule, casts, ss, xs, new_gs, paths, walk)

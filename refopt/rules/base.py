@@ -70,7 +70,8 @@ class WrapperContext(NamedTuple):
 @dataclass(frozen=True)
 class Wrapper(Rule):
     """A rule built on ``base``: its per-leaf state and step context carry the base's in a field ``base``.
-    The whole-tree hooks (``check_params``, ``init_global``, ``prepare``, ``reduce_tree``, ``squares_grads``,
+    The whole-tree hooks (``check_params``, ``init_global``, ``prepare``, ``reduce_tree``, ``inputs`` and
+    ``reduce_inputs``, ``squares_grads``,
     ``lr_info``, ``after_init``) pass through to the base; ``context`` wraps the base's with :meth:`wrap_context`."""
 
     base: Rule
@@ -98,6 +99,14 @@ class Wrapper(Rule):
 
     def reduce_tree(self, ctx, glob, ss, xs, gs, paths):
         base_ctx, glob = self.base.reduce_tree(ctx.base, glob, [s.base for s in ss], xs, gs, paths)
+        return (ctx if base_ctx is ctx.base else ctx._replace(base=base_ctx)), glob
+
+    @property
+    def inputs(self):
+        return self.base.inputs
+
+    def reduce_inputs(self, ctx, glob, inputs, ss, xs, gs, paths):
+        base_ctx, glob = self.base.reduce_inputs(ctx.base, glob, inputs, [s.base for s in ss], xs, gs, paths)
         return (ctx if base_ctx is ctx.base else ctx._replace(base=base_ctx)), glob
 
     def squares_grads(self, s):

@@ -210,6 +210,23 @@ class Partition(Rule):
         changed = any(new_ctx[k] is not ctx[k] for k in ctx)
         return (new_ctx if changed else ctx), new_glob
 
+    @property
+    def inputs(self):
+        """The inputs beyond the gradients that any of its rules needs (each rule gets those it declares)."""
+        return tuple(dict.fromkeys(k for r in self.rules.values() for k in r.inputs))
+
+    def reduce_inputs(self, ctx, glob, inputs, ss, xs, gs, paths):
+        """Each sub-rule that takes inputs (:meth:`refopt.core.Rule.reduce_inputs`) over the leaves it owns."""
+        new_ctx, new_glob = dict(ctx), dict(glob)
+        for label, idx in self._groups(ss).items():
+            r = self.rules[label]
+            if r.inputs:
+                new_ctx[label], new_glob[label] = r.reduce_inputs(
+                    ctx[label], glob[label], {k: inputs[k] for k in r.inputs}, [ss[i].inner for i in idx],
+                    [xs[i] for i in idx], [gs[i] for i in idx], [paths[i] for i in idx])
+        changed = any(new_ctx[k] is not ctx[k] for k in ctx)
+        return (new_ctx if changed else ctx), new_glob
+
     def after_init(self, leaves, paths):
         """Warn (:class:`refopt.RefoptWarning`) for each rule that got no parameter: it would silently never
         run (e.g. Muon under labels that put every array in 'other'). Then each sub-rule's own look."""

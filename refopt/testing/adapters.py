@@ -4,7 +4,15 @@ Every adapter has the same three methods (the contract the properties and the pl
 
     state = adapter.init(params)                                 # params: a pytree of float arrays
     new_params, new_state = adapter.step(state, params, grads)   # inputs are never modified
+    new_params, new_state = adapter.step(state, params, grads, value=f)   # a rule that needs the loss
     adapter.state_arrays(state) -> {name: [array or None per leaf]}   # the per-leaf state it exposes
+
+The step's inputs beyond the gradients (:data:`refopt.core.INPUTS`: ``value``, the loss at ``params``) are
+keyword arguments of ``step``, handed over in each framework's convention: refopt's and optax's ``value=``
+(optax's extra arguments, for a transformation built with extra-argument support), torch's
+``step(closure)`` with a closure that returns the loss as a 0-d tensor (the gradients are already set; it
+evaluates nothing), a numpy implementation's ``step(state, params, grads, value=f)``. A step without them
+is called as before.
 
 plus ``checkpoint(state) -> blob`` / ``restore(blob, params) -> state`` (the implementation's own
 save/restore path: torch's ``state_dict``, a host copy of an optax state), used by the bit-identical
@@ -75,6 +83,7 @@ INSTALL = {
     "pytorch_optimizer": "pip install torch==2.13.0 && pip install pytorch-optimizer==4.1.0",
     "heavyball": "pip install torch==2.13.0 && pip install heavyball==3.2.1",
     "kron_torch": "pip install torch==2.13.0 && pip install kron-torch==0.3.3",
+    "momo": "pip install torch==2.13.0 && pip install momo-opt==0.1.0",
 }
 
 
@@ -146,11 +155,13 @@ class Adapter:
     #: True: the cross-check may hand it the problem's tree by its real leaf names (:class:`Named`) in place of
     #: the list its documented contract gives user code
     named: bool = False
+    #: the step's inputs beyond the gradients it needs (``('value',)``), for the callers that read them off it
+    inputs: tuple = ()
 
     def init(self, params):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def step(self, state, params, grads):  # pragma: no cover - abstract
+    def step(self, state, params, grads, **inputs):  # pragma: no cover - abstract
         raise NotImplementedError
 
     def state_arrays(self, state) -> dict:
@@ -185,9 +196,13 @@ class RuleAdapter(Adapter):
         import refopt
         return refopt.init(self.rule, params)
 
-    def step(self, state, params, grads):
+    @property
+    def inputs(self) -> tuple:
+        return tuple(self.rule.inputs)
+
+    def step(self, state, params, grads, **inputs):
         import refopt
-        return refopt.update(self.rule, state, params, grads)
+        return refopt.update(self.rule, state, params, grads, **inputs)
 
     def state_arrays(self, state) -> dict:
         out: dict[str, list] = {}
@@ -238,8 +253,8 @@ class Named(Adapter):
     def init(self, params):
         return self.inner.init(self._tree(params))
 
-    def step(self, state, params, grads):
-        new, state = self.inner.step(state, self._tree(params), self._tree(grads))
+    def step(self, state, params, grads, **inputs):
+        new, state = self.inner.step(state, self._tree(params), self._tree(grads), **inputs)
         return self._list(T.flatten_up_to(self.td, new, "params")), state
 
     def state_arrays(self, state) -> dict:
@@ -362,7 +377,7 @@ class TorchAdapter(Adapter):
         xs, paths, _ = self._leaves(params)
         return self._build(xs, paths)
 
-    def step(self, state, params, grads):
+    def step(self, state, params, grads, **inputs):
         torch = self.torch
         xs, gs, _, td = T.check_like(params, grads)
         memo: dict = {}
@@ -377,7 +392,11 @@ class TorchAdapter(Adapter):
         lrs = [g.get("lr") for g in state.opt.param_groups]
         try:
             with self._default_dtype(xs):
-                opt.step()
+                if "value" in inputs:    # torch's convention: a closure returning the loss
+                    loss = torch.tensor(float(inputs["value"]))
+                    opt.step(lambda: loss)
+                else:
+                    opt.step()
         except Exception as e:
             raise UserCodeError(f"{self.name}.step()", e) from e
         if [g.get("lr") for g in state.opt.param_groups] != lrs:
@@ -462,11 +481,13 @@ class OptaxAdapter(Adapter):
                                  f"optax.GradientTransformation (use --framework torch or numpy)")
             optax = self.optax
 
-            def step(params, state, grads):
-                updates, state = tx.update(grads, state, params)
+            def step(params, state, grads, inputs):
+                updates, state = tx.update(grads, state, params, **inputs)
                 return optax.apply_updates(params, updates), state
 
             self._tx, self._jit, self._eager = tx, self.jax.jit(step), step
+            # optax's extra arguments (value=...) go to a transformation built to take them only
+            self._extra = isinstance(tx, optax.GradientTransformationExtraArgs)
         return self._tx
 
     def _to_jax(self, xs):
@@ -482,13 +503,14 @@ class OptaxAdapter(Adapter):
             except Exception as e:
                 raise UserCodeError(f"{self.name}(...).init", e) from e
 
-    def step(self, state, params, grads):
+    def step(self, state, params, grads, **inputs):
         xs, gs, _, td = T.check_like(params, grads)
         with self._scope():
             self._transform()
+            extra = {k: float(v) for k, v in inputs.items()} if self._extra else {}
             try:
                 fn = self._jit if self.jit else self._eager
-                new, state = fn(self._to_jax(xs), state, self._to_jax(gs))
+                new, state = fn(self._to_jax(xs), state, self._to_jax(gs), extra)
                 new = [from_layout(np.asarray(a), self.layout) for a in new]
             except Exception as e:
                 raise UserCodeError(f"{self.name}(...).update", e) from e
@@ -561,10 +583,10 @@ class NumpyAdapter(Adapter):
         except Exception as e:
             raise UserCodeError(f"{self.name}.init", e) from e
 
-    def step(self, state, params, grads):
+    def step(self, state, params, grads, **inputs):
         xs, _, paths, td = T.check_like(params, grads)
         try:
-            new, state = self.impl.step(state, self._to(params), self._to(grads))
+            new, state = self.impl.step(state, self._to(params), self._to(grads), **inputs)
         except Exception as e:
             raise UserCodeError(f"{self.name}.step", e) from e
         out = [from_layout(np.asarray(x), self.layout) for x in T.flatten(new)[0]]
@@ -601,8 +623,8 @@ def make_adapter(impl: Any, kwargs: dict | None = None, framework: str | None = 
                  layout: str | None = None, name: str | None = None) -> Adapter:
     """The adapter for ``impl``: a refopt rule, or (``framework``) 'torch' (the default for any other
     callable: a ``torch.optim.Optimizer`` subclass or a factory ``impl(params, **kwargs)``), 'jax'
-    (``impl(**kwargs)`` returns an optax GradientTransformation) or 'numpy' (an object with ``init`` and
-    ``step``). ``layout``: 'torch' or 'refopt' (default: 'torch' for torch, 'refopt' otherwise).
+    (``impl(**kwargs)`` returns an optax GradientTransformation; the default for a function defined in optax,
+    such as ``optax.polyak_sgd``) or 'numpy' (an object with ``init`` and ``step``). ``layout``: 'torch' or 'refopt' (default: 'torch' for torch, 'refopt' otherwise).
 
     Raises: ValueError for an unknown framework or layout, or an object that fits no kind."""
     from refopt.core import Rule
@@ -612,8 +634,12 @@ def make_adapter(impl: Any, kwargs: dict | None = None, framework: str | None = 
             raise ValueError("kwargs do not apply to a refopt rule")
         return RuleAdapter(impl)
     if framework is None:
-        framework = "numpy" if (not callable(impl) or inspect.ismodule(impl)) and \
-            callable(getattr(impl, "step", None)) else "torch"
+        if (not callable(impl) or inspect.ismodule(impl)) and callable(getattr(impl, "step", None)):
+            framework = "numpy"
+        elif (getattr(impl, "__module__", None) or "").split(".")[0] == "optax":
+            framework = "jax"
+        else:
+            framework = "torch"
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
     if framework == "torch":

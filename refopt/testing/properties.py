@@ -8,9 +8,14 @@ measures a relative error ``err``; the property holds when ``err <= rtol`` on ev
 eps = 1e-8 to 1e-6 against gradients >= 0.1 stays below 1e-5). When it
 fails, hypothesis shrinks the input and the :class:`Outcome` carries the shrunk counterexample. Below
 ``x_t = step^t(x_0; g_1..g_t)`` is the trajectory over k = 3 steps from a fresh state on a drawn gradient
-stream (open loop), ``D = max_t max|x_t - x_0|`` the size of the motion, errors are max-norm:
+stream (open loop), ``D = max_t max|x_t - x_0|`` the size of the motion, errors are max-norm. A rule that takes
+the loss value (``adapter.inputs`` holds ``'value'``: Polyak SGD, Momo) gets a drawn one per step, f_t in
+[0.5, 5], transformed as a loss is: scaled by c with the gradients (gradient scale), unchanged by the
+symmetries of the params (orthogonal, permutation, parameter scale); the closed loops (reparametrization, the
+GPT) hand it the loss they differentiate:
 
-``gradient_scale_invariance``  x_t(x_0; c g) = x_t(x_0; g) for c > 0; err = max|x'_t - x_t| / D.
+``gradient_scale_invariance``  x_t(x_0; c g) = x_t(x_0; g) for c > 0 (and c f for a rule that takes the loss
+    value f: the loss scaled by c); err = max|x'_t - x_t| / D.
     Adam-type rules at eps -> 0 (gradients and c g are drawn >= 0.1 in size, so eps <= 1e-6 contributes
     about 1e-6 at most), sign and msign methods, Muon, Covariant and Hyperball of such a base; not SGD, not L2 decay.
 ``parameter_scale_covariance`` post 000, eq. (phi): phi(c1 w, c2 g) = c1 phi(w, g); over k steps
@@ -178,12 +183,22 @@ def run_property(name: str, strategy, check: Callable, max_examples: int, rtol: 
 
 
 # --------------------------------------------------------------------------------------------------------
-def _traj(adapter: Adapter, x0, grads):
+def _inputs(adapter, values, t: int) -> dict:
+    """The step's inputs beyond the gradients for an adapter that takes them: ``value=`` the drawn loss
+    ``values[t]`` (not applicable when the case has none)."""
+    if "value" not in getattr(adapter, "inputs", ()):
+        return {}
+    if values is None:
+        raise _NotApplicable("the rule takes the loss value, and this case draws none")
+    return {"value": float(values[t])}
+
+
+def _traj(adapter: Adapter, x0, grads, values=None):
     s = adapter.init([np.array(a, copy=True) for a in x0])
     x = [np.array(a, copy=True) for a in x0]
     out = []
-    for g in grads:
-        x, s = adapter.step(s, x, [np.array(a, copy=True) for a in g])
+    for t, g in enumerate(grads):
+        x, s = adapter.step(s, x, [np.array(a, copy=True) for a in g], **_inputs(adapter, values, t))
         x = [np.asarray(a) for a in x]
         out.append([np.array(a, copy=True) for a in x])   # an implementation may step in place
     return out
@@ -214,7 +229,9 @@ def _case(matrix_only, dtype, steps=STEPS, big=False):
         rng = np.random.default_rng(seed)
         scale = 10.0 if big else math.exp(logs)    # big: entries in [1, 100], so that c g >= 0.1 for c >= 0.1
         grads = [[S.bounded_array(rng, a.shape, dtype, scale) for a in x0] for _ in range(steps)]
-        return {"x0": x0, "grads": grads}
+        # the loss value of each step, for the rules that take one (drawn after the gradients: those stay as
+        # they were drawn without it)
+        return {"x0": x0, "grads": grads, "values": [float(v) for v in rng.uniform(0.5, 5.0, steps)]}
     return st.builds(build, S.pytrees(matrix_only, dtype, max_leaves=2, scales=(1e-1, 1e1)),
                      st.integers(0, 2 ** 16), st.floats(math.log(1e-1), math.log(1e1)))
 
@@ -237,8 +254,10 @@ def gradient_scale_invariance(adapter, *, max_examples=10, rtol=None, matrix_onl
                               scales=(1e-1, 1e1), replay=None, **_):
     def check(case):
         c = case["c"]
-        a = _guard(_traj)(adapter, case["x0"], case["grads"])
-        b = _guard(_traj)(adapter, case["x0"], [[c * g for g in gs] for gs in case["grads"]])
+        vals = case.get("values")
+        a = _guard(_traj)(adapter, case["x0"], case["grads"], vals)
+        b = _guard(_traj)(adapter, case["x0"], [[c * g for g in gs] for gs in case["grads"]],
+                          None if vals is None else [c * v for v in vals])
         return _maxdiff(a, b) / max(_motion(case["x0"], a), 1e-300)
     strat = st.builds(lambda d, c: {**d, "c": c}, _case(matrix_only, dtype, big=True), S.positive_scales(*scales))
     return run_property("gradient_scale_invariance", strat, check, max_examples, rtol, replay)
@@ -249,8 +268,9 @@ def parameter_scale_covariance(adapter, *, max_examples=10, rtol=None, matrix_on
                                scales=(1e-1, 1e1), replay=None, **_):
     def check(case):
         c1, c2 = case["c1"], case["c2"]
-        a = _guard(_traj)(adapter, case["x0"], case["grads"])
-        b = _guard(_traj)(adapter, [c1 * x for x in case["x0"]], [[c2 * g for g in gs] for gs in case["grads"]])
+        a = _guard(_traj)(adapter, case["x0"], case["grads"], case.get("values"))
+        b = _guard(_traj)(adapter, [c1 * x for x in case["x0"]], [[c2 * g for g in gs] for gs in case["grads"]],
+                          case.get("values"))
         return _maxdiff([[c1 * x for x in xs] for xs in a], b) / max(c1 * _motion(case["x0"], a), 1e-300)
     strat = st.builds(lambda d, c1, c2: {**d, "c1": c1, "c2": c2}, _case(matrix_only, dtype),
                       S.positive_scales(*scales), S.positive_scales(*scales, 1.0))
@@ -264,8 +284,8 @@ def orthogonal_equivariance(adapter, *, max_examples=10, rtol=None, dtype=np.flo
         return [(u @ x.astype(np.float64) @ v.T).astype(dtype) for x, u, v in zip(a, us, vs)]
 
     def check(case):
-        a = _guard(_traj)(adapter, case["x0"], case["grads"])
-        b = _guard(_traj)(adapter, rot(case, case["x0"]), [rot(case, gs) for gs in case["grads"]])
+        a = _guard(_traj)(adapter, case["x0"], case["grads"], case.get("values"))
+        b = _guard(_traj)(adapter, rot(case, case["x0"]), [rot(case, gs) for gs in case["grads"]], case.get("values"))
         return _maxdiff([rot(case, xs) for xs in a], b) / max(_motion(case["x0"], a), 1e-300)
 
     def add_uv(d, seed):
@@ -283,8 +303,9 @@ def permutation_equivariance(adapter, *, max_examples=10, rtol=None, matrix_only
         return [x.reshape(-1)[p].reshape(x.shape) for x, p in zip(a, case["P"])]
 
     def check(case):
-        a = _guard(_traj)(adapter, case["x0"], case["grads"])
-        b = _guard(_traj)(adapter, perm(case, case["x0"]), [perm(case, gs) for gs in case["grads"]])
+        a = _guard(_traj)(adapter, case["x0"], case["grads"], case.get("values"))
+        b = _guard(_traj)(adapter, perm(case, case["x0"]), [perm(case, gs) for gs in case["grads"]],
+                          case.get("values"))
         return _maxdiff([perm(case, xs) for xs in a], b) / max(_motion(case["x0"], a), 1e-300)
 
     def add_p(d, seed):
@@ -302,8 +323,10 @@ def reparametrization_covariance(adapter, *, max_examples=10, rtol=None, matrix_
         v = [np.array(x / c) for x in case["x0"]]
         out = []
         for _ in range(STEPS):
-            g = [(c * h * (c * x.astype(np.float64) - b)).astype(dtype) for x, h, b in zip(v, case["h"], case["b"])]
-            v, s = adapter.step(s, v, g)
+            w = [c * x.astype(np.float64) for x in v]
+            g = [(c * h * (a - b)).astype(dtype) for a, h, b in zip(w, case["h"], case["b"])]
+            f = sum(0.5 * float(np.sum(h * (a - b) ** 2)) for a, h, b in zip(w, case["h"], case["b"]))
+            v, s = adapter.step(s, v, g, **_inputs(adapter, [f], 0))
             v = [np.asarray(a) for a in v]
             out.append([c * a for a in v])
         return out
@@ -350,11 +373,11 @@ def gpt_symmetry_equivariance(adapter, *, max_examples=10, rtol=None, matrix_onl
         vg = refopt.value_and_grad(gpt.loss)
 
         def one_step(full):
-            _, g = vg(refopt.tree.unflatten(td, full), x, y, cfg)
+            f, g = vg(refopt.tree.unflatten(td, full), x, y, cfg)
             gl = refopt.tree.leaves(g)
             sub = [full[i] for i in train]
             s = adapter.init(sub)
-            new, _ = adapter.step(s, sub, [gl[i] for i in train])
+            new, _ = adapter.step(s, sub, [gl[i] for i in train], **_inputs(adapter, [float(f)], 0))
             out = list(full)
             for i, a in zip(train, new):
                 out[i] = np.asarray(a)
@@ -387,7 +410,7 @@ def mup_step_size(adapter, *, max_examples=10, rtol=None, lr=None, dtype=np.floa
     def check(case):
         g = case["g"]
         w0 = np.zeros_like(g)
-        traj = _guard(_traj)(adapter, [w0], [[g]])
+        traj = _guard(_traj)(adapter, [w0], [[g]], [1.0])
         dw = traj[0][0].astype(np.float64)
         n_in, n_out = g.shape
         return abs(float(np.linalg.norm(dw, 2)) / (lr * math.sqrt(n_out / n_in)) - 1.0)
@@ -442,7 +465,7 @@ def purity(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, repl
         before = [a.copy() for a in state_arrays(s)]
         g = [a.copy() for a in case["grads"][0]]
         keep_g = [a.copy() for a in g]
-        _guard(adapter.step)(s, x0, g)
+        _guard(adapter.step)(s, x0, g, **_inputs(adapter, case.get("values"), 0))
         after = state_arrays(s)
         what = [f"{name} [{i}]" for name, new, old in (("params", x0, keep_x), ("grads", g, keep_g))
                 for i, (a, b) in enumerate(zip(new, old)) if not _bits_equal([a], [b])]
@@ -458,22 +481,23 @@ def purity(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, repl
 
 def determinism(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, replay=None, **_):
     def check(case):
-        a = _guard(_traj)(adapter, case["x0"], case["grads"])
-        b = _guard(_traj)(adapter, case["x0"], case["grads"])
+        a = _guard(_traj)(adapter, case["x0"], case["grads"], case.get("values"))
+        b = _guard(_traj)(adapter, case["x0"], case["grads"], case.get("values"))
         return 0.0 if all(_bits_equal(u, v) for u, v in zip(a, b)) else math.inf
     return run_property("determinism", _case(matrix_only, dtype), check, max_examples, 0.0, replay)
 
 
 def bit_identical_resume(adapter, *, max_examples=5, matrix_only=False, dtype=np.float64, replay=None, **_):
     def run(case):
-        straight = _traj(adapter, case["x0"], case["grads"])
+        vals = case.get("values")
+        straight = _traj(adapter, case["x0"], case["grads"], vals)
         s = adapter.init([a.copy() for a in case["x0"]])
-        x, s = adapter.step(s, [a.copy() for a in case["x0"]], case["grads"][0])
+        x, s = adapter.step(s, [a.copy() for a in case["x0"]], case["grads"][0], **_inputs(adapter, vals, 0))
         blob = adapter.checkpoint(s)
         s = adapter.restore(blob, x)
         out = [[np.array(a, copy=True) for a in x]]
-        for g in case["grads"][1:]:
-            x, s = adapter.step(s, x, g)
+        for t, g in enumerate(case["grads"][1:], 1):
+            x, s = adapter.step(s, x, g, **_inputs(adapter, vals, t))
             out.append([np.array(a, copy=True) for a in x])
         return 0.0 if all(_bits_equal(u, v) for u, v in zip(straight, out)) else math.inf
     return run_property("bit_identical_resume", _case(matrix_only, dtype), _guard(run), max_examples, 0.0, replay)
@@ -499,8 +523,8 @@ def averaging_identities(adapter, *, max_examples=5, matrix_only=False, dtype=np
         s = adapter.init([a.copy() for a in case["x0"]])
         x = [a.copy() for a in case["x0"]]
         seen, err = [], 0.0
-        for g in case["grads"]:
-            x, s = adapter.step(s, x, g)
+        for t, g in enumerate(case["grads"]):
+            x, s = adapter.step(s, x, g, **_inputs(adapter, case.get("values"), t))
             st = adapter.state_arrays(s)
             if average:
                 seen.append([np.array(a, np.float64, copy=True) for a in x])
@@ -722,6 +746,8 @@ def invariants(impl, rule, kwargs: dict | None = None, framework: str | None = N
     dtype = dtype_name(dtype)
     dt = DTYPES[dtype]
     adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout, name)
+    if rule.inputs and not getattr(adapter, "inputs", ()):
+        adapter.inputs = tuple(rule.inputs)   # the implementation gets what the rule takes (value=), in its convention
     if rtol is None:
         rtol = 1e-5 if dt is np.float64 else 1e-3
         if any("bfloat16" in n for n, _ in tolerance_tiers(rule, adapter.framework, bf16_newton_schulz(adapter))):
@@ -765,6 +791,8 @@ def replay(path: str, impl, rule=None, kwargs: dict | None = None, framework: st
     prop = {p.name: p for p in PROPERTIES}[meta["property"]]
     rule = parse_rule(meta["rule"] if rule is None else rule) if isinstance(rule, str) or rule is None else rule
     adapter = impl if isinstance(impl, Adapter) else make_adapter(impl, kwargs, framework, layout, name)
+    if rule.inputs and not getattr(adapter, "inputs", ()):
+        adapter.inputs = tuple(rule.inputs)
     kw = dict(rtol=meta["rtol"], matrix_only=meta["matrix_only"], lr=meta["lr"], dtype=np.dtype(meta["dtype"]).type)
     return prop.run(adapter, replay=case, **kw), prop.run(RuleAdapter(rule), replay=case, **kw)
 
