@@ -27,8 +27,8 @@ steps, stored as a pair of files with the same stem ``<case>__<problem>__<dtype>
     a file without it is valid) and ``tolerance`` ({figure: bound}, e.g. {"params": 1e-12,
     "state": 1e-12}); ``{}`` when no peer reproduces the rule;
     ``leaves``: ``[{"index", "path", "shape"}]``; ``state_fields``; ``inputs`` (optional, [] when absent): the
-    names of the step's inputs beyond the gradients (:data:`refopt.core.INPUTS`, e.g. ``["value"]``); ``tolerance``: the max-norm relative
-    difference allowed when refopt replays its own file; ``arrays``: for every array name
+    names of the step's inputs beyond the gradients (:data:`refopt.core.INPUTS`, e.g. ``["value"]``);
+    ``tolerance``: the max-norm relative difference allowed when refopt replays its own file; ``arrays``: for every array name
     ``{"shape", "dtype", "sha256"}`` where sha256 is the hex digest of the array's raw C-order bytes.
 
 Replaying a file in another framework (about 20 lines; docs/golden.md shows it for torch): load the npz,

@@ -4,8 +4,8 @@ Each problem is a flat list of named arrays (refopt's (fan_in, fan_out) layout) 
 ``grad(leaves, t) -> Gradients`` (t = 1 for the first update): a list of arrays, one per leaf, whose
 ``inputs`` hold the step's inputs beyond the gradients (:data:`refopt.core.INPUTS`): ``{'value': f}``, the
 loss at ``leaves`` (in float64), on the problems that have one (quadratic, mlp, gpt); the stream has no loss
-(``Problem.inputs`` is empty), so a rule that needs one is skipped there with the reason. ``matrix_only=True`` keeps the 2-D
-leaves only (for Muon); the other leaves of the model stay frozen at their initial values.
+(``Problem.inputs`` is empty), so a rule that needs one is skipped there with the reason.
+``matrix_only=True`` keeps the 2-D leaves only (for Muon); the other leaves of the model stay frozen at their initial values.
 
 * ``stream``: a seeded random gradient stream, independent of the params: g_t ~ N(0, s^2) per leaf with
   scales w: 1, v: 0.1, b: 1 and ``tiny``: 1e-8 (gradients of the size of Adam's eps, where the eps

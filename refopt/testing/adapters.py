@@ -624,7 +624,8 @@ def make_adapter(impl: Any, kwargs: dict | None = None, framework: str | None = 
     """The adapter for ``impl``: a refopt rule, or (``framework``) 'torch' (the default for any other
     callable: a ``torch.optim.Optimizer`` subclass or a factory ``impl(params, **kwargs)``), 'jax'
     (``impl(**kwargs)`` returns an optax GradientTransformation; the default for a function defined in optax,
-    such as ``optax.polyak_sgd``) or 'numpy' (an object with ``init`` and ``step``). ``layout``: 'torch' or 'refopt' (default: 'torch' for torch, 'refopt' otherwise).
+    such as ``optax.polyak_sgd``) or 'numpy' (an object with ``init`` and ``step``). ``layout``: 'torch' or
+    'refopt' (default: 'torch' for torch, 'refopt' otherwise).
 
     Raises: ValueError for an unknown framework or layout, or an object that fits no kind."""
     from refopt.core import Rule

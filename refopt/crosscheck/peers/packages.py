@@ -1,6 +1,5 @@
-"""The torch packages that ship a few optimizers each (prodigyopt, dadaptation, pytorch_optimizer, heavyball, kron_torch,
-momo: the authors' momo-opt):
-``<package>.<Class>(params, **kwargs)`` run by the torch adapter, ``foreach=False`` where the class takes it.
+"""The torch packages that ship a few optimizers each (prodigyopt, dadaptation, pytorch_optimizer, heavyball,
+kron_torch, momo: the authors' momo-opt): ``<package>.<Class>(params, **kwargs)`` run by the torch adapter, ``foreach=False`` where the class takes it.
 State entries are the package's ``optimizer.state[p]`` names; its rule-wide numbers (Prodigy's ``d``, the
 sums of D-Adaptation) live in ``param_groups`` and are compared through the params they move.
 """
