@@ -43,7 +43,7 @@ import numpy as np
 
 from refopt.crosscheck.presets import (EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, SHAMPOO_ROUNDING,
                                       SOAP_ROUNDING, Tol)
-from refopt.crosscheck.problems import PROBLEMS, make_problem
+from refopt.crosscheck.problems import PROBLEMS, lacks, make_problem
 from refopt.crosscheck.diagnosis import Diagnosis
 from refopt.crosscheck.run import Trajectory, entry_figures, figures, last_name, trajectory
 from refopt.testing.adapters import Adapter, RuleAdapter, make_adapter, reads_names
@@ -417,8 +417,7 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     _float64_only(rule, dtype)
     problems = select_names("problems", problems, PROBLEMS, "problem")
-    skipped = [(p, f"{type(rule).__name__} needs the loss value, which the {p} problem (a gradient stream) "
-                   f"does not have") for p in problems if rule.inputs and p == "stream"]
+    skipped = [(p, lacks(rule, p)) for p in problems if lacks(rule, p)]
     problems = [p for p in problems if p not in dict(skipped)]
     if not problems:
         raise ValueError(f"{type(rule).__name__} needs {', '.join(rule.inputs)}: choose problems with a loss "

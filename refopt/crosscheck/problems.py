@@ -31,6 +31,17 @@ from typing import Callable
 import numpy as np
 
 PROBLEMS = ("stream", "quadratic", "mlp", "gpt")
+#: the inputs beyond the gradients that each problem's steps carry: the loss value where it has a loss
+INPUTS = {"stream": (), "quadratic": ("value",), "mlp": ("value",), "gpt": ("value",)}
+
+
+def lacks(rule, problem: str) -> str:
+    """Why ``problem`` cannot run ``rule`` (an input the rule takes that its steps do not carry), '' if it can."""
+    missing = [k for k in rule.inputs if k not in INPUTS[problem]]
+    if not missing:
+        return ""
+    return (f"{type(rule).__name__} needs {', '.join(missing)}, which the {problem} problem does not give (it "
+            f"has no loss)")
 
 
 class Gradients(list):
@@ -50,7 +61,7 @@ def step_inputs(g, names, problem: str = "") -> dict:
     if missing:
         where = f"the {problem} problem" if problem else "this gradient sequence"
         raise ValueError(f"{where} gives no {', '.join(missing)} (a rule that needs the loss runs on the "
-                         f"problems with one: {', '.join(p for p in PROBLEMS if p != 'stream')})")
+                         f"problems with one: {', '.join(p for p in PROBLEMS if INPUTS[p])})")
     return {k: have[k] for k in names}
 
 
@@ -176,4 +187,4 @@ def make_problem(name: str, dtype=np.float64, seed: int = 0, matrix_only: bool =
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     paths, leaves, grad, desc = _MAKERS[name](dtype.type, seed, matrix_only)
-    return Problem(name, paths, leaves, grad, desc, () if name == "stream" else ("value",))
+    return Problem(name, paths, leaves, grad, desc, INPUTS[name])

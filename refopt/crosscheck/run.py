@@ -35,7 +35,7 @@ import numpy as np
 
 from refopt.crosscheck import peers
 from refopt.crosscheck.presets import Preset
-from refopt.crosscheck.problems import make_problem, step_inputs
+from refopt.crosscheck.problems import lacks, make_problem, step_inputs
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
@@ -342,10 +342,9 @@ def run_preset(preset: Preset, problem: str = "stream", steps: int = 50, dtype: 
     prob = make_problem(problem, DTYPES[dtype], seed, matrix_only=preset.matrix_only)
     rule = preset.make_rule()
     base["rule"] = type(rule).__name__
-    missing = [k for k in rule.inputs if k not in prob.inputs]
-    if missing:
-        return Result(**base, status="skip", message=f"{type(rule).__name__} needs {', '.join(missing)}, which "
-                                                      f"the {problem} problem does not give (it has no loss)")
+    why = lacks(rule, problem)
+    if why:
+        return Result(**base, status="skip", message=why)
     from refopt.testing.adapters import reads_names
 
     names = prob.paths if reads_names(preset.factory) else None     # a peer that picks its rule by name
