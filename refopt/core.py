@@ -36,7 +36,8 @@ One step of the walk (:func:`_step`), in this order; nothing is written before t
 **Inputs beyond the gradient.** A rule that needs more than the gradient declares it in ``inputs`` (a tuple of
 names) and the step takes those as keyword arguments: ``refopt.update(rule, state, params, grads, value=f)``,
 as optax's extra arguments. The names and what each must be are in :data:`INPUTS`; ``value`` is the loss at
-``params`` (the point the gradients were taken at). They are validated in item 1 (:func:`check_inputs`: a
+``params`` (the point the gradients were taken at), ``closure`` a function that evaluates the loss and its
+gradients at other params (L-BFGS's line search; the rule calls it on lists of leaves, :class:`Closure`). They are validated in item 1 (:func:`check_inputs`: a
 missing or unexpected one raises ``TypeError``, a non-finite value ``FloatingPointError``) and reach the rule
 in item 6, after ``reduce_tree``: ``ctx, glob = rule.reduce_inputs(ctx, glob, inputs, ...)``.
 
@@ -107,6 +108,9 @@ class ArraySpec:
 INPUTS = {
     "value": "the loss f(params) at the params the gradients were taken at, a finite real number (e.g. the "
              "first result of refopt.value_and_grad)",
+    "closure": "a function closure(params) -> (value, grads) giving the loss and its gradients at other params "
+               "(a tree like params; the same data as this step), e.g. lambda p: refopt.value_and_grad(loss)(p, "
+               "*batch)",
 }
 
 
@@ -290,10 +294,11 @@ def check_prepared(rule: Rule, new_gs: list, gs: list, xs: list, paths: list[str
 
 def check_inputs(rule: Rule, inputs: dict) -> dict:
     """The step's inputs beyond the gradients, checked against what ``rule`` declares (``rule.inputs``) and
-    :data:`INPUTS`: ``{name: value}`` with ``value`` a Python float. Raises ``TypeError`` for an input the rule
-    does not take or one it needs and did not get, or a value that is not a real number (a bool, an array of
-    more than one element); ``FloatingPointError`` for a value that is nan or inf. Called before anything is
-    written."""
+    :data:`INPUTS`: ``{name: value}`` with ``value`` a Python float and ``closure`` the caller's function (made a
+    :class:`Closure` on the leaves by :func:`bind_inputs`). Raises ``TypeError`` for an input the rule does not
+    take or one it needs and did not get, a value that is not a real number (a bool, an array of more than one
+    element) or a closure that is not callable; ``FloatingPointError`` for a value that is nan or inf. Called
+    before anything is written."""
     name, wanted = type(rule).__name__, tuple(rule.inputs)
     for k in inputs:
         if k not in wanted:
@@ -304,6 +309,11 @@ def check_inputs(rule: Rule, inputs: dict) -> dict:
         if k not in inputs or inputs[k] is None:
             raise TypeError(f"{name} needs the input {k}= at every step: {INPUTS[k]}")
         v = inputs[k]
+        if k == "closure":
+            if not callable(v):
+                raise TypeError(f"{name}: closure must be callable ({INPUTS[k]}), got {type(v).__name__}")
+            out[k] = v
+            continue
         a = np.asarray(v)
         if isinstance(v, (bool, np.bool_)) or a.dtype.kind not in "iuf" or a.size != 1 or a.ndim > 1:
             raise TypeError(f"{name}: {k} must be a real number ({INPUTS[k]}), got {type(v).__name__} "
@@ -313,6 +323,45 @@ def check_inputs(rule: Rule, inputs: dict) -> dict:
             raise FloatingPointError(f"{name}: {k} = {f} is not finite; nothing was written")
         out[k] = f
     return out
+
+
+class Closure:
+    """The step's ``closure`` on lists of leaves, as the rules call it: ``closure(leaves) -> (value, grads)`` with
+    ``leaves`` one array per params leaf (in the tree's order; each handed to the caller's function as a fresh
+    copy inside a tree like params), ``value`` a Python float and ``grads`` a list of arrays. What the caller's
+    function returns is checked before the rule reads it: a pair (value, grads) (``TypeError``), grads a tree like
+    params, leaf by leaf of the same shapes and dtypes (``ValueError`` naming the leaf), a finite value and finite
+    gradients (``FloatingPointError`` naming the leaf). ``evals`` counts the calls."""
+
+    def __init__(self, fn: Callable, td: Any, paths: list[str], name: str):
+        self.fn, self.td, self.paths, self.name, self.evals = fn, td, paths, name, 0
+
+    def __call__(self, leaves: list) -> tuple[float, list]:
+        tree = T.unflatten(self.td, [np.array(a, order="C", copy=True) for a in leaves])
+        self.evals += 1
+        out = self.fn(tree)
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError(f"{self.name}: closure(params) must return a pair (value, grads), got "
+                            f"{type(out).__name__}")
+        value, grads = out
+        a = np.asarray(value)
+        if isinstance(value, (bool, np.bool_)) or a.dtype.kind not in "iuf" or a.size != 1:
+            raise TypeError(f"{self.name}: the closure's value must be a real number, got {type(value).__name__} "
+                            f"{a.dtype} {a.shape}")
+        f = float(a.reshape(()))
+        if not math.isfinite(f):
+            raise FloatingPointError(f"{self.name}: the closure's value {f} is not finite; nothing was written")
+        _, gs, _, _ = T.check_like(tree, grads, names=("params", "closure's grads"))
+        reject_bad_grads(gs, self.paths, [math.inf] * len(gs), [self.name] * len(gs))
+        return f, gs
+
+
+def bind_inputs(rule: Rule, inputs: dict, td: Any, paths: list[str]) -> dict:
+    """``inputs`` (as :func:`check_inputs` returns them) with the caller's ``closure`` made a :class:`Closure` on
+    the leaves of the tree ``td``."""
+    if "closure" not in inputs:
+        return inputs
+    return {**inputs, "closure": Closure(inputs["closure"], td, paths, type(rule).__name__)}
 
 
 try:  # numpy >= 2
@@ -450,6 +499,7 @@ def _step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, i
     if fast_step is not None:
         return fast_step(rule, state, params, grads, inplace, info, check, inputs)
     xs, gs, paths, td = T.check_like(params, grads)
+    inputs = bind_inputs(rule, inputs, td, paths)
     ss = state_leaves(rule, state, xs, paths, td)
     written = None
     if inplace:
@@ -483,7 +533,8 @@ def update(rule: Rule, state: OptState, params: Any, grads: Any, info: dict | No
     is a dict, the step records what it did there: ``info["t"]`` (the step number) and ``info["lr"]``, the
     learning rate lr*gamma_t applied per parameter group (``{"all": lr_t}``, or one entry per label of a
     :class:`~refopt.rules.partition.Partition`). ``inputs``: what a rule needs beyond the gradients
-    (``rule.inputs``, e.g. ``value=`` the loss at ``params`` for Polyak SGD and Momo; :data:`INPUTS`).
+    (``rule.inputs``, e.g. ``value=`` the loss at ``params`` for Polyak SGD and Momo; ``closure=`` a function
+    giving the loss and gradients at other params for L-BFGS; :data:`INPUTS`).
 
     Raises:
       ValueError: params and grads differ in structure, shape or dtype, the state was not made by
@@ -536,6 +587,7 @@ def direction(rule: Rule, state: OptState, params: Any, grads: Any, **inputs) ->
     check_rule_state(rule, state)
     inputs = check_inputs(rule, inputs)
     xs, gs, paths, td = T.check_like(params, grads)
+    inputs = bind_inputs(rule, inputs, td, paths)
     ss = state_leaves(rule, state, xs, paths, td)
     t, ctx, glob, casts = step_context(rule, state, xs)
     reject_bad_grads(gs, paths, grad_bounds(rule, xs, ss), [type(rule).__name__] * len(gs))

@@ -138,15 +138,15 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
     the stem path. Raises ValueError for an unknown problem or dtype, steps < 1."""
     import refopt
     from refopt.checkpoint import rule_to_json
-    from refopt.crosscheck.problems import make_problem
+    from refopt.crosscheck.problems import closed_loop, make_problem
     from refopt.crosscheck.run import refopt_trajectory
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    prob = make_problem(problem, np.dtype(dtype), seed, matrix_only=case.matrix_only)
     rule = case.make_rule()
+    prob = make_problem(problem, np.dtype(dtype), seed, matrix_only=case.matrix_only, full_batch=closed_loop(rule))
     traj, grads = refopt_trajectory(rule, prob.leaves, prob.grad, steps, case.state_fields)
     arrays: dict[str, np.ndarray] = {}
     for i, x0 in enumerate(prob.leaves):
@@ -155,7 +155,7 @@ def export_case(out_dir: str, case: GoldenCase, problem: str, steps: int = 50, d
         arrays[f"params/{i}"] = np.stack([p[i] for p in traj.params])
         for f in case.state_fields:
             arrays[f"state/{f}/{i}"] = np.stack([s[f][i] for s in traj.state])
-    for k in rule.inputs:
+    for k in (k for k in rule.inputs if k != "closure"):     # the closure is the problem's own (see Golden.grads)
         arrays[f"inputs/{k}"] = np.array([g.inputs[k] for g in grads], np.float64)
     arrays = {k: np.ascontiguousarray(v.astype(v.dtype.newbyteorder("<"))) for k, v in arrays.items()}
     stem = f"{case.name}__{problem}__{dtype}"
@@ -295,12 +295,24 @@ class Golden:
 
     def grads(self) -> list:
         """Per step, the gradients (a :class:`refopt.crosscheck.problems.Gradients`, a list of arrays) with the
-        step's inputs (``.inputs``, {'value': f} for a file whose manifest lists inputs)."""
-        from refopt.crosscheck.problems import Gradients
+        step's inputs (``.inputs``, {'value': f} for a file whose manifest lists inputs). A manifest that lists
+        ``closure`` (L-BFGS) stores none: the closure is the problem's loss, rebuilt from the manifest's
+        ``problem``, ``dtype`` and ``seed`` by :func:`refopt.crosscheck.problems.make_problem` with one batch
+        (``full_batch=True``, as the file was written)."""
+        from refopt.crosscheck.problems import Gradients, closure_at, make_problem
 
         n, names = len(self.manifest["leaves"]), self.manifest.get("inputs", [])
+        grad = None
+        if "closure" in names:
+            m = self.manifest
+            prob = make_problem(m["problem"], np.dtype(m["dtype"]), m["seed"], full_batch=True)
+            if [x.shape for x in prob.leaves] != [tuple(leaf["shape"]) for leaf in m["leaves"]]:
+                raise GoldenError(f"{self.path}: the leaves of problem {m['problem']!r} (seed {m['seed']}) are not "
+                                  f"the manifest's, so its closure cannot be rebuilt")
+            grad = prob.grad
         return [Gradients([self.arrays[f"grads/{i}"][t] for i in range(n)],
-                          {k: float(self.arrays[f"inputs/{k}"][t]) for k in names})
+                          {k: (closure_at(grad, t + 1) if k == "closure" else float(self.arrays[f"inputs/{k}"][t]))
+                           for k in names})
                 for t in range(self.manifest["steps"])]
 
     def params(self) -> list[list[np.ndarray]]:

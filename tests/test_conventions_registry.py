@@ -68,12 +68,19 @@ def _stand_in_loss(params) -> float:
     return 1.0 + 0.5 * sum(float(np.sum(np.asarray(a, np.float64) ** 2)) for a in refopt.tree.flatten(params)[0])
 
 
+def _stand_in_closure(params):
+    """The stand-in loss and its gradient (x itself) at other params, for the rules that evaluate it (L-BFGS)."""
+    return _stand_in_loss(params), refopt.tree.tree_map(lambda a: np.array(a, copy=True), params)
+
+
 def _run(adapter, params, grads):
     s = adapter.init(params)
     x = params
     out = []
     for g in grads:
         extra = {"value": _stand_in_loss(x)} if "value" in getattr(adapter, "inputs", ()) else {}
+        if "closure" in getattr(adapter, "inputs", ()):
+            extra["closure"] = _stand_in_closure
         x, s = adapter.step(s, x, g, **extra)
         out.append([np.array(a) for a in refopt.tree.flatten(x)[0]])
     return out

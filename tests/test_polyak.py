@@ -274,7 +274,7 @@ def test_the_problems_with_a_loss_carry_its_value():
     for name in ("quadratic", "mlp", "gpt"):
         prob = make_problem(name)
         g = prob.grad(prob.leaves, 1)
-        assert prob.inputs == ("value",) and math.isfinite(g.inputs["value"]) and g.inputs["value"] > 0
+        assert prob.inputs == ("value", "closure") and math.isfinite(g.inputs["value"]) and g.inputs["value"] > 0
     # the value is the loss the gradient belongs to: a central difference (exact on a quadratic up to rounding)
     q = make_problem("quadratic")
     g = q.grad(q.leaves, 1)

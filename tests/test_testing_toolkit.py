@@ -106,6 +106,7 @@ RULES = [
     refopt.PolyakSGD(),   # the loss value drawn per step; the cap s_max keeps gradient scale unstated
     refopt.Momo(weight_decay=0.1),   # <g, x> and ||d||: rotations and permutations kept
     refopt.MomoAdam(lr=0.05),   # D_t per entry: permutations only
+    refopt.LBFGS(),   # evaluates the loss itself: the random gradient streams give none (not applicable)
 ]
 CHEAP = ["gradient_scale_invariance", "parameter_scale_covariance", "orthogonal_equivariance",
          "permutation_equivariance", "reparametrization_covariance", "mup_step_size"]

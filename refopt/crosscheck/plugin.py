@@ -43,7 +43,7 @@ import numpy as np
 
 from refopt.crosscheck.presets import (EXACT, MUON_OPTAX, MUON_TORCH_BF16, OPTAX_F32_WARMUP, SHAMPOO_ROUNDING,
                                       SOAP_ROUNDING, Tol)
-from refopt.crosscheck.problems import PROBLEMS, lacks, make_problem
+from refopt.crosscheck.problems import PROBLEMS, closed_loop, lacks, make_problem
 from refopt.crosscheck.diagnosis import Diagnosis
 from refopt.crosscheck.run import Trajectory, entry_figures, figures, last_name, trajectory
 from refopt.testing.adapters import Adapter, RuleAdapter, make_adapter, reads_names
@@ -126,11 +126,15 @@ def tolerance_tiers(rule, framework: str, bf16_ns: bool | None = None) -> list[t
         tiers.append(("SOAP rounding", SOAP_ROUNDING))
     if any(isinstance(r, Shampoo) for r in _walk(rule)):
         tiers.append(("Shampoo rounding", SHAMPOO_ROUNDING))
+    if closed_loop(rule):
+        from refopt.conventions.lbfgs import CLOSED_LOOP
+        tiers.append(("L-BFGS closed loop", CLOSED_LOOP))
     return tiers
 
 
-#: the tiers that are a rule's own sensitivity to rounding (refopt against itself, one ulp of the gradients changed)
-_OWN_ROUNDING = ("SOAP rounding", "Shampoo rounding")
+#: the tiers that are a rule's own sensitivity to rounding (refopt against itself, one ulp of the gradients changed;
+#: L-BFGS: one rounding of a dot product changed)
+_OWN_ROUNDING = ("SOAP rounding", "Shampoo rounding", "L-BFGS closed loop")
 
 
 def _float64_only(rule, dtype: str) -> None:
@@ -141,6 +145,10 @@ def _float64_only(rule, dtype: str) -> None:
     from refopt.rules.soap import SOAP
 
     hit = [type(r).__name__ for r in _walk(rule) if isinstance(r, (SOAP, Shampoo))]
+    if dtype == "float32" and closed_loop(rule):
+        raise ValueError(f"{type(rule).__name__} is cross-checked in float64 only: in float32 the loss it drives to "
+                         f"~1e-8 on the MLP and the GPT is rounding noise for its line search and stopping tests "
+                         f"(params rel 0.02 to 1.5 measured against torch.optim.LBFGS); use --dtype float64")
     if dtype == "float32" and hit:
         raise ValueError(f"{hit[0]} is cross-checked in float64 only: in float32 it parts from itself by up to 1.6e-2 "
                          f"(SOAP) or 0.15 (Shampoo with momentum) in 50 steps when one ulp of the gradients changes, "
@@ -272,6 +280,7 @@ class PluginResult:
     lead: str | None = None                            # the finding specific enough to name a cause
     not_run: list = field(default_factory=list)        # (variant, problem, error) of variants that raised
     skipped: list = field(default_factory=list)        # (problem, reason) of the problems not compared
+    closed: bool = False                               # closed loop (a rule with a closure)
 
     @property
     def agree(self) -> bool:
@@ -319,7 +328,9 @@ class PluginResult:
         ``debug`` adds the variants that could not run, with their errors."""
         lines = [f"implementation: {self.impl} ({self.framework}, layout {self.layout})",
                  f"refopt rule:    {self.rule}",
-                 f"{self.steps} steps, {self.dtype}, open loop (the same gradients for both)", ""]
+                 f"{self.steps} steps, {self.dtype}, " + (
+                     "closed loop (each side evaluates refopt's model at its own points, one batch)" if self.closed
+                     else "open loop (the same gradients for both)"), ""]
         lines[-1:-1] = [f"skipped [{prob}]: {why}" for prob, why in self.skipped]
         head = ["problem", "params rel", "update rel", "state", "tolerance tier", "status"]
         rows = []
@@ -432,11 +443,12 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
     ref_adapter = RuleAdapter(rule)
     results, runs = [], []
     for prob_name in problems:
-        prob = make_problem(prob_name, DTYPES[dtype], seed, matrix_only=matrix_only)
+        prob = make_problem(prob_name, DTYPES[dtype], seed, matrix_only=matrix_only, full_batch=closed_loop(rule))
         names = prob.paths if reads_names(adapter) else None     # an optimizer that picks its rule by name
         ref, grads = trajectory(ref_adapter, prob.leaves, prob.grad, steps, state="all", paths=names,
                                 inputs=tuple(rule.inputs))
-        other, _ = trajectory(adapter, prob.leaves, grads, state="all", paths=names, inputs=tuple(rule.inputs))
+        other, _ = trajectory(adapter, prob.leaves, prob.grad if closed_loop(rule) else grads, steps, state="all",
+                              paths=names, inputs=tuple(rule.inputs))
         fig = figures(ref, other, prob.leaves)
         prel, urel = fig.params_rel, fig.update_rel
         state = _state_match(ref, other, peer_names)
@@ -463,7 +475,7 @@ def check_impl(impl, rule, kwargs: dict | None = None, framework: str | None = N
                          paths=prob.paths, names=names, leaves=prob.leaves, tol=tol0, agree=tier is not None,
                          first=first[0] if first else None, state=srel, state_only=state_only))
     res = PluginResult(adapter.name, rule_text, adapter.framework, adapter.layout, dtype, steps, results,
-                       skipped=skipped)
+                       skipped=skipped, closed=closed_loop(rule))
     if res.agree or not diagnose or any(r.nonfinite for r in results):   # no variant explains a NaN
         return res
     from refopt.crosscheck.diagnosis import rank, state_distance

@@ -2,9 +2,10 @@ r"""Canonical problems: initial params and a gradient sequence, from fixed seeds
 
 Each problem is a flat list of named arrays (refopt's (fan_in, fan_out) layout) and a gradient function
 ``grad(leaves, t) -> Gradients`` (t = 1 for the first update): a list of arrays, one per leaf, whose
-``inputs`` hold the step's inputs beyond the gradients (:data:`refopt.core.INPUTS`): ``{'value': f}``, the
-loss at ``leaves`` (in float64), on the problems that have one (quadratic, mlp, gpt); the stream has no loss
-(``Problem.inputs`` is empty), so a rule that needs one is skipped there with the reason.
+``inputs`` hold the step's inputs beyond the gradients (:data:`refopt.core.INPUTS`) on the problems that have a
+loss (quadratic, mlp, gpt): ``value``, the loss at ``leaves`` (in float64), and ``closure``, the same step's loss
+and gradients at other leaves (``closure(leaves) -> (value, Gradients)``: the same batch, evaluated afresh); the
+stream has no loss (``Problem.inputs`` is empty), so a rule that needs one is skipped there with the reason.
 ``matrix_only=True`` keeps the 2-D leaves only (for Muon); the other leaves of the model stay frozen at their initial values.
 
 * ``stream``: a seeded random gradient stream, independent of the params: g_t ~ N(0, s^2) per leaf with
@@ -32,7 +33,7 @@ import numpy as np
 
 PROBLEMS = ("stream", "quadratic", "mlp", "gpt")
 #: the inputs beyond the gradients that each problem's steps carry: the loss value where it has a loss
-INPUTS = {"stream": (), "quadratic": ("value",), "mlp": ("value",), "gpt": ("value",)}
+INPUTS = {"stream": (), "quadratic": ("value", "closure"), "mlp": ("value", "closure"), "gpt": ("value", "closure")}
 
 
 def lacks(rule, problem: str) -> str:
@@ -44,9 +45,30 @@ def lacks(rule, problem: str) -> str:
             f"has no loss)")
 
 
+def closed_loop(rule) -> bool:
+    """True for a rule that evaluates the loss at points of its own (``closure``): the cross-check then runs each
+    side on its own trajectory, every evaluation on refopt's model, as the gradients recorded along refopt's run
+    do not hold at the peer's points; and on one batch (``make_problem(..., full_batch=True)``): L-BFGS's pairs
+    (s, y) measure curvature only when g and g_prev come from the same loss (with a new batch each step its
+    two-loop recursion amplifies a difference of one ulp between two implementations 10-fold every two steps on
+    the MLP)."""
+    return "closure" in getattr(rule, "inputs", ())
+
+
+def closure_at(grad: Callable, t: int) -> Callable:
+    """Step ``t``'s closure of a gradient function ``grad(leaves, t) -> Gradients``: ``leaves -> (value,
+    gradients)`` at any leaves, on step t's data."""
+    def closure(leaves):
+        g = grad(list(leaves), t)
+        return g.inputs["value"], g
+
+    return closure
+
+
 class Gradients(list):
     """One step's gradients, a list of arrays (one per leaf), and ``inputs``, the step's inputs beyond them
-    ({'value': the loss as a Python float} where the problem has a loss, else {})."""
+    ({'value': the loss as a Python float, 'closure': the step's loss at other leaves} where the problem has a
+    loss, else {})."""
 
     def __init__(self, arrays=(), inputs: dict | None = None):
         super().__init__(arrays)
@@ -76,7 +98,7 @@ class Problem:
     inputs: tuple = field(default=())
 
 
-def _stream(dtype, seed, matrix_only):
+def _stream(dtype, seed, matrix_only, full_batch):
     rng = np.random.default_rng(seed)
     spec = [("w", (6, 12), 1.0), ("v", (12, 6), 0.1), ("b", (12,), 1.0), ("tiny", (4, 5), 1e-8)]
     if matrix_only:
@@ -93,7 +115,7 @@ def _stream(dtype, seed, matrix_only):
     return [n for n, _, _ in spec], leaves, grad, "seeded N(0, s^2) gradient stream, s = (1, 0.1, 1, 1e-8)"
 
 
-def _quadratic(dtype, seed, matrix_only):
+def _quadratic(dtype, seed, matrix_only, full_batch):
     rng = np.random.default_rng(seed)
     spec = [("w", (5, 8)), ("b", (8,))]
     if matrix_only:
@@ -105,7 +127,7 @@ def _quadratic(dtype, seed, matrix_only):
     def grad(xs, t):
         f = sum(0.5 * float(np.sum(np.asarray(hi, np.float64) * (np.asarray(x, np.float64) - ci) ** 2))
                 for x, hi, ci in zip(xs, h, c))
-        return Gradients([hi * (x - ci) for x, hi, ci in zip(xs, h, c)], {"value": f})
+        return Gradients([hi * (x - ci) for x, hi, ci in zip(xs, h, c)], {"value": f, "closure": closure_at(grad, t)})
 
     return [n for n, _ in spec], leaves, grad, "f = 1/2 sum h (x - c)^2, h log-uniform [0.1, 10]"
 
@@ -132,12 +154,13 @@ def _model_problem(loss, params, batch, matrix_only):
             full[i] = x
         f, g = vg(T.unflatten(td, full), *batch(t))
         gl, _, _ = T.flatten(g)
-        return Gradients([np.array(gl[i], dtype=leaves[i].dtype) for i in opt], {"value": float(f)})
+        return Gradients([np.array(gl[i], dtype=leaves[i].dtype) for i in opt],
+                         {"value": float(f), "closure": closure_at(grad, t)})
 
     return [paths[i] for i in opt], [leaves[i].copy() for i in opt], grad
 
 
-def _mlp(dtype, seed, matrix_only):
+def _mlp(dtype, seed, matrix_only, full_batch):
     from refopt.models import mlp
     from refopt.models.data import load_digits
 
@@ -147,6 +170,7 @@ def _mlp(dtype, seed, matrix_only):
     idx: list[np.ndarray] = []
 
     def batch(t):
+        t = 1 if full_batch else t
         while len(idx) < t:
             idx.append(rng.choice(len(data.y_train), 32, replace=False))
         i = idx[t - 1]
@@ -156,7 +180,7 @@ def _mlp(dtype, seed, matrix_only):
     return paths, leaves, grad, "refopt.models.mlp 64-16-10 relu, digits batches of 32"
 
 
-def _gpt(dtype, seed, matrix_only):
+def _gpt(dtype, seed, matrix_only, full_batch):
     from refopt.models import gpt
 
     cfg = gpt.GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16, ffn="gelu")
@@ -165,6 +189,7 @@ def _gpt(dtype, seed, matrix_only):
     toks: list[np.ndarray] = []
 
     def batch(t):
+        t = 1 if full_batch else t
         while len(toks) < t:
             toks.append(rng.integers(0, cfg.vocab_size, (2, cfg.block_size + 1)))
         b = toks[t - 1]
@@ -177,8 +202,11 @@ def _gpt(dtype, seed, matrix_only):
 _MAKERS = {"stream": _stream, "quadratic": _quadratic, "mlp": _mlp, "gpt": _gpt}
 
 
-def make_problem(name: str, dtype=np.float64, seed: int = 0, matrix_only: bool = False) -> Problem:
-    """The problem ``name`` (one of :data:`PROBLEMS`) in ``dtype`` from ``seed``.
+def make_problem(name: str, dtype=np.float64, seed: int = 0, matrix_only: bool = False,
+                 full_batch: bool = False) -> Problem:
+    """The problem ``name`` (one of :data:`PROBLEMS`) in ``dtype`` from ``seed``. ``full_batch``: the MLP and the
+    GPT see the first step's batch at every step (a deterministic loss, as L-BFGS assumes: the cross-check runs
+    the closure rules so, :func:`closed_loop`); the other problems do not change.
 
     Raises: ValueError for an unknown name or dtype."""
     if name not in _MAKERS:
@@ -186,5 +214,7 @@ def make_problem(name: str, dtype=np.float64, seed: int = 0, matrix_only: bool =
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
-    paths, leaves, grad, desc = _MAKERS[name](dtype.type, seed, matrix_only)
+    paths, leaves, grad, desc = _MAKERS[name](dtype.type, seed, matrix_only, bool(full_batch))
+    if full_batch and name in ("mlp", "gpt"):
+        desc += ", the first batch at every step"
     return Problem(name, paths, leaves, grad, desc, INPUTS[name])

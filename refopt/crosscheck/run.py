@@ -35,7 +35,7 @@ import numpy as np
 
 from refopt.crosscheck import peers
 from refopt.crosscheck.presets import Preset
-from refopt.crosscheck.problems import lacks, make_problem, step_inputs
+from refopt.crosscheck.problems import closed_loop, lacks, make_problem, step_inputs
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
@@ -132,12 +132,14 @@ def refopt_trajectory(rule, leaves0, grads_or_fn, steps: int, fields=(), paths=N
     return trajectory(RuleAdapter(rule), leaves0, grads_or_fn, steps, {f: f for f in fields} or None, paths)
 
 
-def peer_trajectory(preset: Preset, leaves0, grads, dtype=None, paths=None, inputs=()) -> Trajectory:
+def peer_trajectory(preset: Preset, leaves0, grads, dtype=None, paths=None, inputs=(),
+                    steps: int | None = None) -> Trajectory:
     """Run the preset's peer (:func:`refopt.crosscheck.peers.preset_adapter`) from ``leaves0`` on the gradient
-    lists ``grads`` (and the ``inputs`` the refopt rule takes, read off them), recording its state entries
+    lists ``grads`` or, closed loop, a gradient function run for ``steps`` steps (and the ``inputs`` the refopt
+    rule takes, read off them), recording its state entries
     under refopt's names (``preset.state``). The arrays' dtype is the run's (``dtype`` is accepted for the
     callers that name it)."""
-    return trajectory(peers.preset_adapter(preset), leaves0, grads, state=preset.state or None, paths=paths,
+    return trajectory(peers.preset_adapter(preset), leaves0, grads, steps, state=preset.state or None, paths=paths,
                       inputs=inputs)[0]
 
 
@@ -339,8 +341,8 @@ def run_preset(preset: Preset, problem: str = "stream", steps: int = 50, dtype: 
     ok, why = peers.available(preset.peer)
     if not ok:
         return Result(**base, status="skip", message=why)
-    prob = make_problem(problem, DTYPES[dtype], seed, matrix_only=preset.matrix_only)
     rule = preset.make_rule()
+    prob = make_problem(problem, DTYPES[dtype], seed, matrix_only=preset.matrix_only, full_batch=closed_loop(rule))
     base["rule"] = type(rule).__name__
     why = lacks(rule, problem)
     if why:
@@ -349,7 +351,8 @@ def run_preset(preset: Preset, problem: str = "stream", steps: int = 50, dtype: 
 
     names = prob.paths if reads_names(preset.factory) else None     # a peer that picks its rule by name
     ref, grads = refopt_trajectory(rule, prob.leaves, prob.grad, steps, tuple(preset.state), names)
-    peer = peer_trajectory(preset, prob.leaves, grads, DTYPES[dtype], names, tuple(rule.inputs))
+    peer = peer_trajectory(preset, prob.leaves, prob.grad if closed_loop(rule) else grads, DTYPES[dtype], names,
+                           tuple(rule.inputs), steps)
     fig = compare(ref, peer, prob.leaves, prob.paths)
     bad = check(fig, tol)
     if preset.gap:

@@ -255,6 +255,7 @@ def step(rule: Rule, state: OptState, params: Any, grads: Any, inplace: bool, in
     """:func:`refopt.core._step` with the same checks and bits, faster (module docstring). Nothing is written
     before :func:`step_leaves`."""
     xs, gs, ss, paths, td, w = _pairs(rule, state, params, grads)
+    inputs = C.bind_inputs(rule, inputs or {}, td, paths)
     if inplace:
         C.check_not_stale(rule, state, ss)
         # flags can change in place between calls (x.flags.writeable = False), so they are read every call

@@ -90,6 +90,9 @@ class Partition(Rule):
                 raise ValueError(f"rules: labels must be non-empty strings, got {k!r}")
             if not isinstance(r, Rule):
                 raise ValueError(f"rules[{k!r}] must be a refopt rule, got {type(r).__name__}")
+            if "closure" in r.inputs:
+                raise ValueError(f"rules[{k!r}]: {type(r).__name__} evaluates the loss at other points of the whole "
+                                 f"params (closure=), so it cannot step a part of them; use it alone")
         object.__setattr__(self, "rules", _checks.FrozenDict(self.rules))   # the walk validated these rules
         if self.labels is None:
             raise ValueError("labels must be a function (path, array) -> label or a tree of labels")

@@ -254,6 +254,14 @@ class Named(Adapter):
         return self.inner.init(self._tree(params))
 
     def step(self, state, params, grads, **inputs):
+        if "closure" in inputs:      # the caller's closure takes and returns lists in paths order
+            fn = inputs["closure"]
+
+            def closure(tree):
+                value, gs = fn(self._list(T.flatten_up_to(self.td, tree, "params")))
+                return value, self._tree(gs)
+
+            inputs = {**inputs, "closure": closure}
         new, state = self.inner.step(state, self._tree(params), self._tree(grads), **inputs)
         return self._list(T.flatten_up_to(self.td, new, "params")), state
 
@@ -324,6 +332,20 @@ def _filled(cell) -> bool:
     return True
 
 
+def in_layout(closure: Callable, layout: str, td) -> Callable:
+    """The step's ``closure`` (params -> (value, grads), a tree ``td`` of arrays in refopt's layout) on the
+    implementation's ``layout``: the arrays it is handed are moved back to refopt's layout, the gradients it
+    returns to the implementation's."""
+    if layout == "refopt":
+        return closure
+
+    def fn(tree):
+        value, gs = closure(T.unflatten(td, [from_layout(np.asarray(x), layout) for x in T.flatten(tree)[0]]))
+        return value, T.unflatten(td, [to_layout(np.asarray(g), layout) for g in T.flatten(gs)[0]])
+
+    return fn
+
+
 class TorchAdapter(Adapter):
     """A ``torch.optim.Optimizer`` subclass or a factory ``factory(params, **kwargs) -> optimizer``. A factory with
     the attribute ``named_parameters = True`` gets ``[(path, param), ...]`` (refopt's leaf paths, e.g.
@@ -392,7 +414,9 @@ class TorchAdapter(Adapter):
         lrs = [g.get("lr") for g in state.opt.param_groups]
         try:
             with self._default_dtype(xs):
-                if "value" in inputs:    # torch's convention: a closure returning the loss
+                if "closure" in inputs:  # torch's convention: a closure that re-evaluates at the params
+                    opt.step(self._closure(inputs["closure"], ps, td))
+                elif "value" in inputs:    # a closure returning the loss (the gradients are set)
                     loss = torch.tensor(float(inputs["value"]))
                     opt.step(lambda: loss)
                 else:
@@ -408,6 +432,19 @@ class TorchAdapter(Adapter):
         for p in ps:
             p.grad = None
         return T.unflatten(td, new), _TorchState(opt, ps)
+
+    def _closure(self, fn, ps, td):
+        """torch's closure for the step's ``closure`` (refopt's layout, a tree ``td``): it reads the params'
+        current values, evaluates, sets every ``.grad`` and returns the loss as a 0-d tensor."""
+        torch = self.torch
+
+        def closure():
+            value, gs = fn(T.unflatten(td, [from_layout(p.detach().numpy().copy(), self.layout) for p in ps]))
+            for p, g in zip(ps, T.flatten(gs)[0]):
+                p.grad = torch.from_numpy(np.array(to_layout(np.asarray(g), self.layout), copy=True))
+            return torch.tensor(float(value))
+
+        return closure
 
     def state_arrays(self, state) -> dict:
         out: dict[str, list] = {}
@@ -507,6 +544,10 @@ class OptaxAdapter(Adapter):
         xs, gs, _, td = T.check_like(params, grads)
         with self._scope():
             self._transform()
+            if "closure" in inputs:
+                raise ValueError(f"{self.name}: the closure input (L-BFGS's line search) is handed to torch "
+                                 f"(step(closure)) and numpy implementations; optax's value_fn must be a JAX "
+                                 f"function, which refopt's numpy model is not")
             extra = {k: float(v) for k, v in inputs.items()} if self._extra else {}
             try:
                 fn = self._jit if self.jit else self._eager
@@ -586,6 +627,8 @@ class NumpyAdapter(Adapter):
     def step(self, state, params, grads, **inputs):
         xs, _, paths, td = T.check_like(params, grads)
         try:
+            if "closure" in inputs:
+                inputs = {**inputs, "closure": in_layout(inputs["closure"], self.layout, td)}
             new, state = self.impl.step(state, self._to(params), self._to(grads), **inputs)
         except Exception as e:
             raise UserCodeError(f"{self.name}.step", e) from e

@@ -185,7 +185,10 @@ def run_property(name: str, strategy, check: Callable, max_examples: int, rtol: 
 # --------------------------------------------------------------------------------------------------------
 def _inputs(adapter, values, t: int) -> dict:
     """The step's inputs beyond the gradients for an adapter that takes them: ``value=`` the drawn loss
-    ``values[t]`` (not applicable when the case has none)."""
+    ``values[t]`` (not applicable when the case has none, or for a rule that evaluates the loss itself)."""
+    if "closure" in getattr(adapter, "inputs", ()):
+        raise _NotApplicable("the rule evaluates the loss at points of its own (closure=), and these cases draw "
+                             "gradients, not a loss")
     if "value" not in getattr(adapter, "inputs", ()):
         return {}
     if values is None:
