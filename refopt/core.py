@@ -314,15 +314,21 @@ def check_inputs(rule: Rule, inputs: dict) -> dict:
                 raise TypeError(f"{name}: closure must be callable ({INPUTS[k]}), got {type(v).__name__}")
             out[k] = v
             continue
-        a = np.asarray(v)
-        if isinstance(v, (bool, np.bool_)) or a.dtype.kind not in "iuf" or a.size != 1 or a.ndim > 1:
-            raise TypeError(f"{name}: {k} must be a real number ({INPUTS[k]}), got {type(v).__name__} "
-                            f"{a.dtype} {a.shape}")
-        f = float(a.reshape(()))
-        if not math.isfinite(f):
-            raise FloatingPointError(f"{name}: {k} = {f} is not finite; nothing was written")
-        out[k] = f
+        out[k] = real_number(v, f"{name}: {k}", f" ({INPUTS[k]})")
     return out
+
+
+def real_number(v: Any, what: str, about: str = "") -> float:
+    """``v`` (a Python or numpy number, or an array of one element and ndim <= 1) as a finite Python float;
+    ``TypeError`` naming ``what`` for anything else (a bool, a string, a larger array), ``FloatingPointError`` for
+    nan or inf. ``about``: what the number is, added to the TypeError."""
+    a = np.asarray(v)
+    if isinstance(v, (bool, np.bool_)) or a.dtype.kind not in "iuf" or a.size != 1 or a.ndim > 1:
+        raise TypeError(f"{what} must be a real number{about}, got {type(v).__name__} {a.dtype} {a.shape}")
+    f = float(a.reshape(()))
+    if not math.isfinite(f):
+        raise FloatingPointError(f"{what} = {f} is not finite; nothing was written")
+    return f
 
 
 class Closure:
@@ -331,26 +337,19 @@ class Closure:
     copy inside a tree like params), ``value`` a Python float and ``grads`` a list of arrays. What the caller's
     function returns is checked before the rule reads it: a pair (value, grads) (``TypeError``), grads a tree like
     params, leaf by leaf of the same shapes and dtypes (``ValueError`` naming the leaf), a finite value and finite
-    gradients (``FloatingPointError`` naming the leaf). ``evals`` counts the calls."""
+    gradients (``FloatingPointError`` naming the leaf)."""
 
     def __init__(self, fn: Callable, td: Any, paths: list[str], name: str):
-        self.fn, self.td, self.paths, self.name, self.evals = fn, td, paths, name, 0
+        self.fn, self.td, self.paths, self.name = fn, td, paths, name
 
     def __call__(self, leaves: list) -> tuple[float, list]:
         tree = T.unflatten(self.td, [np.array(a, order="C", copy=True) for a in leaves])
-        self.evals += 1
         out = self.fn(tree)
         if not isinstance(out, tuple) or len(out) != 2:
             raise TypeError(f"{self.name}: closure(params) must return a pair (value, grads), got "
                             f"{type(out).__name__}")
         value, grads = out
-        a = np.asarray(value)
-        if isinstance(value, (bool, np.bool_)) or a.dtype.kind not in "iuf" or a.size != 1:
-            raise TypeError(f"{self.name}: the closure's value must be a real number, got {type(value).__name__} "
-                            f"{a.dtype} {a.shape}")
-        f = float(a.reshape(()))
-        if not math.isfinite(f):
-            raise FloatingPointError(f"{self.name}: the closure's value {f} is not finite; nothing was written")
+        f = real_number(value, f"{self.name}: the closure's value")
         _, gs, _, _ = T.check_like(tree, grads, names=("params", "closure's grads"))
         reject_bad_grads(gs, self.paths, [math.inf] * len(gs), [self.name] * len(gs))
         return f, gs

@@ -14,7 +14,7 @@ import numpy as np
 
 from refopt.conventions._spec import Conventions, Oracle, PeerMapping, Preset, Tol
 from refopt.golden import GoldenCase
-from refopt.rules.lbfgs import LBFGS, LBFGSGlobal
+from refopt.rules.lbfgs import LBFGS, flat, flat_closure, split, two_loop
 
 
 def compact_direction(g, s, y, rho, h_diag):
@@ -43,8 +43,8 @@ class LBFGSOracle(Oracle):
     """L-BFGS on the rule's loop of inner iterations, line search (tested against the strong Wolfe conditions on
     its own) and stopping tests, with the diagnosis switches. Switches: ``compact`` True (the direction from the
     compact form of H, :func:`compact_direction`, in place of the two-loop recursion: the same H, other
-    roundings, which L-BFGS amplifies to 2e-11 in 12 steps of a random stream); ``history`` (the pairs kept, in place of history_size);
-    ``first_step`` False (t = lr on the first iteration, not lr min(1, 1/|g|_1)); ``h0`` False (H_0 = I, not
+    roundings, which L-BFGS amplifies to 2e-11 in 12 steps of a random stream); ``history`` (the pairs kept, in
+    place of history_size); ``first_step`` False (t = lr on the first iteration, not lr min(1, 1/|g|_1)); ``h0`` False (H_0 = I, not
     <y, s> / <y, y> I); ``max_eval`` (in place of the rule's)."""
 
     def init_leaf(self, x, path):
@@ -63,27 +63,18 @@ class LBFGSOracle(Oracle):
         sw = self.switches
         rule = replace(self.rule, history_size=sw.get("history", self.rule.history_size),
                        max_eval=sw.get("max_eval", self.rule.max_eval))
-        x = np.concatenate([np.ravel(a) for a in xs])
-        g = np.concatenate([np.ravel(a) for a in gs])
-        shapes = [a.shape for a in xs]
+        dtype = np.result_type(*xs)
+        x, g = flat(xs, dtype), flat(gs, dtype)
 
-        def split(v):
-            out, k = [], 0
-            for shp in shapes:
-                n = int(np.prod(shp))
-                out.append(v[k:k + n].reshape(shp))
-                k += n
-            return out
+        def on_leaves(arrays):
+            f, gl = closure(T.unflatten(td, arrays))
+            return float(f), T.flatten(gl)[0]
 
-        def fg(v):
-            f, gl = closure(T.unflatten(td, split(v)))
-            return float(f), np.concatenate([np.ravel(a) for a in T.flatten(gl)[0]])
-
-        from refopt.rules.lbfgs import two_loop
+        fg = flat_closure(on_leaves, xs)
         x, glob = rule.minimize(x, g, float(value), glob, fg,
                                 direction=compact_direction if sw.get("compact") else two_loop,
                                 scaled_first_step=sw.get("first_step", True), scaled_h0=sw.get("h0", True))
-        return T.unflatten(td, [a.copy() for a in split(x)]), (t + 1, leaves, glob)
+        return T.unflatten(td, [a.copy() for a in split(x, xs)]), (t + 1, leaves, glob)
 
 
 def oracle(rule, name=None, **switches):

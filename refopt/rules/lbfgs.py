@@ -273,15 +273,10 @@ class LBFGS(Rule):
             raise ValueError(f"{name} steps all params as one vector, so they must share one dtype; got "
                              f"{sorted(str(d) for d in dtypes)}")
         dtype = xs[0].dtype if xs else np.dtype(np.float64)
-        x = np.concatenate([np.ravel(a) for a in xs]).astype(dtype, copy=False) if xs else np.zeros(0, dtype)
-        g = np.concatenate([np.ravel(a) for a in gs]).astype(dtype, copy=False) if gs else np.zeros(0, dtype)
+        x, g = flat(xs, dtype), flat(gs, dtype)
         self._check_glob(glob, x.size, dtype)
-        x, glob = self.minimize(x, g, inputs["value"], glob, _flat_closure(inputs["closure"], xs))
-        new, k = {}, 0
-        for a, p in zip(xs, paths):
-            new[p] = x[k:k + a.size].reshape(a.shape)
-            k += a.size
-        return ctx._replace(x=new), glob
+        x, glob = self.minimize(x, g, inputs["value"], glob, flat_closure(inputs["closure"], xs))
+        return ctx._replace(x=dict(zip(paths, split(x, xs)))), glob
 
     def minimize(self, x: np.ndarray, g: np.ndarray, f: float, glob: LBFGSGlobal, closure: Callable,
                  direction: Callable = two_loop, scaled_first_step: bool = True, scaled_h0: bool = True):
@@ -344,17 +339,26 @@ class LBFGS(Rule):
         return {"all": float(ctx.lr_t)}
 
 
-def _flat_closure(closure: Callable, xs: list) -> Callable:
+def flat(arrays: list, dtype) -> np.ndarray:
+    """The arrays raveled and concatenated in order, as one vector of ``dtype``."""
+    return np.concatenate([np.ravel(a) for a in arrays]).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
+
+
+def split(v: np.ndarray, like: list) -> list:
+    """The vector ``v`` cut into views shaped like the arrays ``like`` (the inverse of :func:`flat`)."""
+    out, k = [], 0
+    for a in like:
+        n = int(np.prod(np.shape(a)))
+        out.append(v[k:k + n].reshape(np.shape(a)))
+        k += n
+    return out
+
+
+def flat_closure(closure: Callable, xs: list) -> Callable:
     """``closure`` (leaves -> (f, grads), :class:`refopt.core.Closure`) on the flat vector of the leaves ``xs``."""
-    shapes = [a.shape for a in xs]
-    sizes = [a.size for a in xs]
 
     def fg(v: np.ndarray):
-        leaves, k = [], 0
-        for shape, n in zip(shapes, sizes):
-            leaves.append(v[k:k + n].reshape(shape))
-            k += n
-        f, gs = closure(leaves)
-        return f, np.concatenate([np.ravel(a) for a in gs]).astype(v.dtype, copy=False)
+        f, gs = closure(split(v, xs))
+        return f, flat(gs, v.dtype)
 
     return fg

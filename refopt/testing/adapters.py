@@ -437,11 +437,12 @@ class TorchAdapter(Adapter):
         """torch's closure for the step's ``closure`` (refopt's layout, a tree ``td``): it reads the params'
         current values, evaluates, sets every ``.grad`` and returns the loss as a 0-d tensor."""
         torch = self.torch
+        fn = in_layout(fn, self.layout, td)
 
         def closure():
-            value, gs = fn(T.unflatten(td, [from_layout(p.detach().numpy().copy(), self.layout) for p in ps]))
+            value, gs = fn(T.unflatten(td, [p.detach().numpy().copy() for p in ps]))
             for p, g in zip(ps, T.flatten(gs)[0]):
-                p.grad = torch.from_numpy(np.array(to_layout(np.asarray(g), self.layout), copy=True))
+                p.grad = torch.from_numpy(np.array(g, copy=True))
             return torch.tensor(float(value))
 
         return closure
